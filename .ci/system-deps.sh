@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the system packages that `make test` and `make demo` need on Debian/Ubuntu.
+# Idempotent: installs only what is missing. Needs root (it is skipped, with a note, otherwise).
+set -euo pipefail
+
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /bin/busybox ] || command -v busybox >/dev/null || need+=(busybox-static)
+command -v curl >/dev/null || need+=(curl ca-certificates)
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+command -v make >/dev/null || need+=(make)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "system-deps: missing ${need[*]}; run as root to install them" >&2
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}"
