@@ -1,0 +1,182 @@
+"""RDT and block-I/O class requests: which annotation wins, and whether the pod may have it.
+
+Class names become resctrl group folders and cgroup settings, so a name is checked against
+a strict pattern before anything else looks at it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from enforcer.annotations.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
+
+ClassKind = Literal["rdt", "blockio"]
+CLASS_KINDS: tuple[ClassKind, ...] = ("rdt", "blockio")
+
+CLASS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
+
+# Per kind: our key prefix, and the Kubernetes-beta domain that has no prefix of its own.
+_PREFIX: dict[ClassKind, str] = {"rdt": "rdtclass", "blockio": "blockioclass"}
+_BETA_DOMAIN: dict[ClassKind, str] = {
+    "rdt": "rdt.resources.beta.kubernetes.io",
+    "blockio": "blockio.resources.beta.kubernetes.io",
+}
+QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
+
+
+def _scope_keys(kind: ClassKind, scope: str) -> tuple[list[str], list[str]]:
+    """Our key, then the peers' keys, for one scope (`container.C` or `pod`)."""
+    prefix = _PREFIX[kind]
+    ours = [f"{prefix}.{DOMAIN}/{scope}"]
+    peers = [f"{prefix}.{d}/{scope}" for d in PEER_DOMAINS] + [f"{_BETA_DOMAIN[kind]}/{scope}"]
+    return ours, peers
+
+
+def class_keys(kind: ClassKind, container: str) -> list[str]:
+    """Every key that can carry container's class, first one present wins."""
+    c_ours, c_peers = _scope_keys(kind, f"container.{container}")
+    p_ours, p_peers = _scope_keys(kind, "pod")
+    return c_ours + c_peers + p_ours + p_peers
+
+
+def is_class_key(key: str) -> ClassKind | None:
+    """The kind of class a key asks for, whoever's dialect it is in; None if not a class key."""
+    for kind in CLASS_KINDS:
+        prefix = _PREFIX[kind]
+        domains = [f"{prefix}.{DOMAIN}"] + [f"{prefix}.{d}" for d in PEER_DOMAINS]
+        domains.append(_BETA_DOMAIN[kind])
+        for domain in domains:
+            if key == f"{domain}/pod" or key.startswith(f"{domain}/container."):
+                return kind
+    return None
+
+
+@dataclass(frozen=True)
+class ClassAccess:
+    """`classAccess` of the configuration: class -> namespace globs. Unlisted classes are open."""
+
+    rules: Mapping[ClassKind, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    def patterns(self, kind: ClassKind, name: str) -> tuple[str, ...] | None:
+        return self.rules.get(kind, {}).get(name)
+
+    def allows(self, kind: ClassKind, name: str, namespace: str) -> bool:
+        patterns = self.patterns(kind, name)
+        return patterns is None or any(fnmatchcase(namespace, p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class ClassRequest:
+    kind: ClassKind
+    name: str
+    key: str | None  # the annotation it came from; None for the QoS-class default
+
+    @property
+    def explicit(self) -> bool:
+        return self.key is not None
+
+
+class ClassRequestError(ValueError):
+    """A class request that must be refused. `reason` is malformed, unknown or forbidden."""
+
+    def __init__(self, reason: str, message: str, *, key: str, value: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.key = key
+        self.value = value
+
+    @property
+    def permission_denied(self) -> bool:
+        return self.reason == "forbidden"
+
+
+def _check_name(key: str, value: str) -> None:
+    if not _CLASS_NAME.fullmatch(value):
+        raise ClassRequestError(
+            "malformed",
+            f'annotation "{key}": class name "{value}" is malformed: '
+            f"it must match {CLASS_NAME_PATTERN}",
+            key=key,
+            value=value,
+        )
+
+
+def _listing(names: Collection[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
+
+
+def resolve_class(
+    annotations: Mapping[str, str],
+    kind: ClassKind,
+    container: str,
+    *,
+    qos: str,
+    namespace: str,
+    configured: Collection[str] | None = None,
+    access: ClassAccess | None = None,
+) -> ClassRequest | None:
+    """The class container runs in, or None for the root group / no class.
+
+    `configured` None means the configured classes are unknown (the webhook without --config):
+    any well-formed name is accepted and there is no QoS-class default.
+    Raises ClassRequestError for a request that must be refused.
+    """
+    access = access or ClassAccess()
+    for key in class_keys(kind, container):
+        if key not in annotations:
+            continue
+        value = annotations[key]
+        _check_name(key, value)
+        if configured is not None and value not in configured:
+            raise ClassRequestError(
+                "unknown",
+                f'annotation "{key}": {kind} class "{value}" is not configured; '
+                f"configured {kind} classes: {_listing(configured)}",
+                key=key,
+                value=value,
+            )
+        if not access.allows(kind, value, namespace):
+            usable = [n for n in (configured or ()) if access.allows(kind, n, namespace)]
+            raise ClassRequestError(
+                "forbidden",
+                f'annotation "{key}": namespace "{namespace}" may not use {kind} class '
+                f'"{value}" (allowed namespaces: {_listing(access.patterns(kind, value) or ())})'
+                f"; {kind} classes namespace {namespace} may use: {_listing(usable)}",
+                key=key,
+                value=value,
+            )
+        return ClassRequest(kind, value, key)
+    # Nobody asked: the QoS class's namesake when it exists. A restricted default is skipped
+    # rather than refused, since the pod's author did not ask for it.
+    if configured is not None and qos in configured and access.allows(kind, qos, namespace):
+        return ClassRequest(kind, qos, None)
+    return None
+
+
+def validate_class_annotations(annotations: Mapping[str, str]) -> None:
+    """Refuses a malformed class name in any class annotation, for any container."""
+    for key, value in annotations.items():
+        if is_class_key(key) is not None:
+            _check_name(key, value)
+
+
+__all__ = [
+    "CLASS_KINDS",
+    "CLASS_NAME_PATTERN",
+    "QOS_CLASSES",
+    "ClassAccess",
+    "ClassKind",
+    "ClassRequest",
+    "ClassRequestError",
+    "class_keys",
+    "container_key",
+    "is_class_key",
+    "pod_key",
+    "resolve_class",
+    "validate_class_annotations",
+]

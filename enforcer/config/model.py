@@ -1,0 +1,250 @@
+"""The configuration file's schema: strict, every problem reported with its key path.
+
+This validates what can be checked without the machine (types, names, syntax). Checks
+against the hardware (reserved CPUs outside the machine, masks wider than the cache) are
+made by the enforcer with its topology and resctrl info at hand.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from enforcer.annotations.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+
+_CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
+# The root resctrl group's name in goresctrl's configuration.
+RDT_ROOT_CLASS = "system/default"
+_CPUSET = re.compile(r"^\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*$")
+
+
+def reserved_is_quantity(value: str | int | float) -> bool:
+    """Numbers and strings with a milli suffix or a decimal point are CPU quantities; other
+    strings are cpusets, so "2" means CPU 2 while 2 means two CPUs."""
+    if isinstance(value, int | float):
+        return True
+    return bool(_QUANTITY_STRING.fullmatch(value.strip()))
+
+
+_QUANTITY_STRING = re.compile(r"(\d+m)|(\d*\.\d+)|(\d+\.\d*)|(-\S+)")
+
+
+class ConfigError(ValueError):
+    """A refused configuration: one `key.path: reason` line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _check_class_name(name: str) -> str:
+    if name != RDT_ROOT_CLASS and not _CLASS_NAME.fullmatch(name):
+        raise ValueError(f'class name "{name}" must match {CLASS_NAME_PATTERN}')
+    return name
+
+
+class PolicyConfig(_Strict):
+    name: Literal["none", "static", "topology-aware"] = "none"
+    # A cpuset ("0-1") or a CPU quantity (2, "1500m"); resolved against the topology later.
+    reservedCPUs: str | int | float | None = None
+    availableCPUs: str | None = None
+    pinMemory: bool = True
+    preferIsolatedCPUs: bool = True
+    preferSharedCPUs: bool = False
+    reservedNamespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+
+    @field_validator("reservedCPUs", mode="before")
+    @classmethod
+    def _reserved_syntax(cls, value: object) -> object:
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError('must be a cpuset such as "0-1" or a CPU quantity such as 2')
+        if reserved_is_quantity(value):
+            from enforcer.qos import parse_quantity
+
+            try:
+                quantity = parse_quantity(value)
+            except ValueError:
+                raise ValueError(f'"{value}" is not a CPU quantity such as "1500m"') from None
+            if quantity < 0:
+                raise ValueError(f'"{value}" is negative')
+        elif not _CPUSET.fullmatch(value):
+            raise ValueError(
+                f'"{value}" is neither a cpuset such as "0-1" nor a CPU quantity such as "1500m"'
+            )
+        return value
+
+    @field_validator("availableCPUs")
+    @classmethod
+    def _available_syntax(cls, value: str | None) -> str | None:
+        if value is not None and not _CPUSET.fullmatch(value):
+            raise ValueError(f'"{value}" is not a cpuset list such as "0-63"')
+        return value
+
+
+class RDTOptionEntry(_Strict):
+    optional: bool = False
+
+
+class RDTOptions(_Strict):
+    l2: RDTOptionEntry = Field(default_factory=RDTOptionEntry)
+    l3: RDTOptionEntry = Field(default_factory=RDTOptionEntry)
+    mb: RDTOptionEntry = Field(default_factory=RDTOptionEntry)
+
+
+# Allocation values keep goresctrl's syntaxes as written; their meaning is checked against the
+# hardware by the RDT controller.
+CacheAllocation = str | int | dict[str, Any]
+
+
+class RDTClass(_Strict):
+    l2Allocation: CacheAllocation | None = None
+    l3Allocation: CacheAllocation | None = None
+    mbAllocation: list[str | int] | dict[str, Any] | None = None
+
+
+class RDTPartition(_Strict):
+    l2Allocation: CacheAllocation | None = None
+    l3Allocation: CacheAllocation | None = None
+    mbAllocation: list[str | int] | dict[str, Any] | None = None
+    classes: dict[str, RDTClass | None] = Field(default_factory=dict)
+
+    @field_validator("classes")
+    @classmethod
+    def _names(cls, classes: dict[str, RDTClass | None]) -> dict[str, RDTClass | None]:
+        for name in classes:
+            _check_class_name(name)
+        return classes
+
+
+class RDTConfig(_Strict):
+    options: RDTOptions = Field(default_factory=RDTOptions)
+    partitions: dict[str, RDTPartition] = Field(default_factory=dict)
+
+    @field_validator("partitions")
+    @classmethod
+    def _names(cls, partitions: dict[str, RDTPartition]) -> dict[str, RDTPartition]:
+        for name in partitions:
+            if not _CLASS_NAME.fullmatch(name):
+                raise ValueError(f'partition name "{name}" must match {CLASS_NAME_PATTERN}')
+        return partitions
+
+    def class_names(self) -> set[str]:
+        return {name for p in self.partitions.values() for name in p.classes}
+
+
+Quantity = str | int
+
+
+class BlockIODevices(_Strict):
+    Devices: list[str] | None = None
+    Weight: Quantity | None = None
+    ThrottleReadBps: Quantity | None = None
+    ThrottleWriteBps: Quantity | None = None
+    ThrottleReadIOPS: Quantity | None = None
+    ThrottleWriteIOPS: Quantity | None = None
+
+
+class BlockIOConfig(_Strict):
+    Classes: dict[str, list[BlockIODevices] | None] = Field(default_factory=dict)
+
+    @field_validator("Classes")
+    @classmethod
+    def _names(cls, classes: dict[str, Any]) -> dict[str, Any]:
+        for name in classes:
+            if not _CLASS_NAME.fullmatch(name):
+                raise ValueError(f'class name "{name}" must match {CLASS_NAME_PATTERN}')
+        return classes
+
+    def class_names(self) -> set[str]:
+        return set(self.Classes)
+
+
+class ClassAccessConfig(_Strict):
+    rdt: dict[str, list[str]] = Field(default_factory=dict)
+    blockio: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class MetricsConfig(_Strict):
+    address: str = "127.0.0.1:8891"
+
+
+class Config(_Strict):
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    rdt: RDTConfig | None = None
+    blockio: BlockIOConfig | None = None
+    classAccess: ClassAccessConfig = Field(default_factory=ClassAccessConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    def configured_classes(self, kind: ClassKind) -> set[str]:
+        """Class names a pod may ask for (the root group is never asked for by name)."""
+        section = self.rdt if kind == "rdt" else self.blockio
+        names = section.class_names() if section is not None else set()
+        return names - {RDT_ROOT_CLASS}
+
+    def class_access(self) -> ClassAccess:
+        return ClassAccess(
+            {
+                "rdt": {k: tuple(v) for k, v in self.classAccess.rdt.items()},
+                "blockio": {k: tuple(v) for k, v in self.classAccess.blockio.items()},
+            }
+        )
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    # pydantic adds the union member's type name to the location; users never wrote it.
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in _TYPE_TAGS))]
+    return ".".join(parts) or "(top level)"
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "RDTClass", "function-after"}
+
+
+def parse_config(data: Any) -> Config:
+    """Validates already-loaded YAML; raises ConfigError naming each problem's key path."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"(top level): must be a mapping, not {type(data).__name__}"])
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        problems: list[str] = []
+        for err in exc.errors():
+            line = f"{_key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            if line not in problems:
+                problems.append(line)
+        raise ConfigError(problems) from None
+    problems = []
+    for kind in ("rdt", "blockio"):
+        configured = config.configured_classes(kind)
+        for name in getattr(config.classAccess, kind):
+            if name not in configured:
+                problems.append(
+                    f"classAccess.{kind}.{name}: no {kind} class of that name is configured"
+                )
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    """Reads and validates a configuration file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    return parse_config(data)

@@ -1,0 +1,79 @@
+"""Kubernetes QoS classes: from a pod spec (as the API server does) and from a cgroup parent.
+
+Pure functions; quantities are compared through the `kubernetes` client's parser.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Literal
+
+QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes quantity ("1500m", "1Gi", 2) as a Decimal; ValueError when malformed."""
+    # Imported here: the kubernetes package takes ~0.4 s to import and most callers never need it.
+    from kubernetes.utils.quantity import parse_quantity as _parse
+
+    return _parse(value)
+
+
+def qos_class(spec: Mapping[str, Any]) -> QoSClass:
+    """The pod's QoS class by the API server's rules, over containers and init containers."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        c_requests = {
+            k: parse_quantity(v)
+            for k, v in (resources.get("requests") or {}).items()
+            if k in _QOS_RESOURCES
+        }
+        c_limits = {
+            k: parse_quantity(v)
+            for k, v in (resources.get("limits") or {}).items()
+            if k in _QOS_RESOURCES
+        }
+        for name, value in c_requests.items():
+            if value != 0:
+                requests[name] = requests.get(name, Decimal(0)) + value
+        for name, value in c_limits.items():
+            if value != 0:
+                limits[name] = limits.get(name, Decimal(0)) + value
+        # A missing request defaults to the limit, so only explicit differences break Guaranteed.
+        limited = set(c_limits) == set(_QOS_RESOURCES)
+        if not limited or any(c_requests.get(k, c_limits[k]) != c_limits[k] for k in c_limits):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+_SYSTEMD_QOS = re.compile(r"kubepods-(burstable|besteffort)-pod|kubepods-pod")
+
+
+def qos_from_cgroup_parent(parent: str) -> QoSClass | None:
+    """QoS class from kubelet's cgroup parent, cgroupfs (`/kubepods/burstable/pod…`) or systemd
+    (`kubepods-burstable-pod…slice`) form; None when the parent is not kubelet's."""
+    parts = [p for p in parent.split("/") if p]
+    if "kubepods" in parts:
+        after = parts[parts.index("kubepods") + 1 :]
+        if after and after[0] == "burstable":
+            return "Burstable"
+        if after and after[0] == "besteffort":
+            return "BestEffort"
+        if after and after[0].startswith("pod"):
+            return "Guaranteed"
+        return None
+    last = parts[-1] if parts else ""
+    match = _SYSTEMD_QOS.search(last)
+    if not match:
+        return None
+    return {"burstable": "Burstable", "besteffort": "BestEffort", None: "Guaranteed"}[
+        match.group(1)
+    ]

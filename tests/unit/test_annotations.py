@@ -1,0 +1,173 @@
+"""Class and preference resolution: the order of keys, and every refusal."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from enforcer.annotations import (
+    ClassAccess,
+    ClassRequestError,
+    PreferenceError,
+    ResourcesAnnotation,
+    ResourcesAnnotationError,
+    class_keys,
+    resolve_class,
+    resolve_preference,
+    validate_class_annotations,
+    validate_preference_annotations,
+)
+
+RDT_ORDER = [
+    "rdtclass.resource-enforcer.dev/container.app",
+    "rdtclass.resource-policy.nri.io/container.app",
+    "rdtclass.cri-resource-manager.intel.com/container.app",
+    "rdt.resources.beta.kubernetes.io/container.app",
+    "rdtclass.resource-enforcer.dev/pod",
+    "rdtclass.resource-policy.nri.io/pod",
+    "rdtclass.cri-resource-manager.intel.com/pod",
+    "rdt.resources.beta.kubernetes.io/pod",
+]
+
+
+def test_class_keys_follow_the_contract_order() -> None:
+    assert class_keys("rdt", "app") == RDT_ORDER
+    assert class_keys("blockio", "app") == [
+        k.replace("rdtclass.", "blockioclass.").replace(
+            "rdt.resources.beta", "blockio.resources.beta"
+        )
+        for k in RDT_ORDER
+    ]
+
+
+@pytest.mark.parametrize("winner", range(len(RDT_ORDER)))
+def test_first_present_key_wins(winner: int) -> None:
+    # Every key from the winner on is present, each with its own class: the winner's must win.
+    annotations = {key: f"c{i}" for i, key in enumerate(RDT_ORDER) if i >= winner}
+    got = resolve_class(annotations, "rdt", "app", qos="Burstable", namespace="ns")
+    assert got is not None
+    assert (got.name, got.key) == (f"c{winner}", RDT_ORDER[winner])
+
+
+def test_container_key_of_another_container_is_ignored() -> None:
+    annotations = {"rdtclass.resource-enforcer.dev/container.other": "gold"}
+    assert resolve_class(annotations, "rdt", "app", qos="Burstable", namespace="ns") is None
+
+
+def test_qos_default_only_when_configured() -> None:
+    assert resolve_class({}, "rdt", "app", qos="Guaranteed", namespace="ns") is None
+    got = resolve_class(
+        {}, "rdt", "app", qos="Guaranteed", namespace="ns", configured={"Guaranteed"}
+    )
+    assert got is not None and got.name == "Guaranteed" and not got.explicit
+    assert (
+        resolve_class({}, "rdt", "app", qos="Burstable", namespace="ns", configured={"Guaranteed"})
+        is None
+    )
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a/b", "", ".hidden", "x" * 64, "a b", "é", "..", "/"])
+def test_malformed_class_names_are_refused(bad: str) -> None:
+    key = "blockioclass.resource-enforcer.dev/pod"
+    with pytest.raises(ClassRequestError) as err:
+        resolve_class({key: bad}, "blockio", "app", qos="Burstable", namespace="ns")
+    assert err.value.reason == "malformed"
+    assert key in str(err.value) and f'"{bad}"' in str(err.value)
+    with pytest.raises(ClassRequestError):
+        validate_class_annotations({key: bad})
+
+
+def test_unknown_class_names_the_configured_ones() -> None:
+    key = "rdtclass.resource-enforcer.dev/container.app"
+    with pytest.raises(ClassRequestError) as err:
+        resolve_class(
+            {key: "platinum"},
+            "rdt",
+            "app",
+            qos="Burstable",
+            namespace="ns",
+            configured={"gold", "silver"},
+        )
+    assert err.value.reason == "unknown"
+    assert "platinum" in str(err.value) and "gold, silver" in str(err.value)
+
+
+def test_class_access_by_namespace_glob() -> None:
+    access = ClassAccess({"rdt": {"gold": ("prod-*",)}})
+    key = "rdtclass.resource-enforcer.dev/pod"
+    args = dict(qos="Burstable", configured={"gold", "silver"}, access=access)
+    got = resolve_class({key: "gold"}, "rdt", "app", namespace="prod-eu", **args)
+    assert got is not None and got.name == "gold"
+    with pytest.raises(ClassRequestError) as err:
+        resolve_class({key: "gold"}, "rdt", "app", namespace="dev", **args)
+    assert err.value.permission_denied
+    assert all(s in str(err.value) for s in ['"dev"', '"gold"', "prod-*", "silver"])
+    # Unlisted classes are open to every namespace.
+    assert resolve_class({key: "silver"}, "rdt", "app", namespace="dev", **args) is not None
+
+
+def test_restricted_default_class_is_skipped_not_refused() -> None:
+    access = ClassAccess({"rdt": {"Guaranteed": ("prod-*",)}})
+    got = resolve_class(
+        {},
+        "rdt",
+        "app",
+        qos="Guaranteed",
+        namespace="dev",
+        configured={"Guaranteed"},
+        access=access,
+    )
+    assert got is None
+
+
+def test_preferences_container_first_then_pod_ours_first() -> None:
+    annotations = {
+        "prefer-isolated-cpus.resource-policy.nri.io/container.app": "false",
+        "prefer-isolated-cpus.resource-enforcer.dev/pod": "true",
+    }
+    assert resolve_preference(annotations, "prefer-isolated-cpus", "app") is False
+    assert resolve_preference(annotations, "prefer-isolated-cpus", "other") is True
+    assert resolve_preference({}, "cpu.preserve", "app") is None
+
+
+@pytest.mark.parametrize("value", ["yes", "True", "1", "", "on"])
+def test_preference_values_other_than_true_false_are_refused(value: str) -> None:
+    key = "cpu.preserve.cri-resource-manager.intel.com/container.db"
+    with pytest.raises(PreferenceError) as err:
+        validate_preference_annotations({key: value})
+    assert key in str(err.value) and f'"{value}"' in str(err.value)
+
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
+quantities = st.sampled_from(["100m", "1", "2", "1.5", "1Gi", "512Mi", "0"])
+resources = st.fixed_dictionaries(
+    {
+        "requests": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities),
+        "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities),
+    }
+)
+
+
+@given(st.dictionaries(names, resources, max_size=4), st.dictionaries(names, resources, max_size=2))
+def test_resources_annotation_round_trips(containers: dict, inits: dict) -> None:
+    annotation = ResourcesAnnotation.model_validate(
+        {"containers": containers, "initContainers": inits}
+    )
+    text = annotation.to_json()
+    assert ResourcesAnnotation.parse(text, key="k") == annotation
+    assert ResourcesAnnotation.parse(text, key="k").to_json() == text
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("{", "not valid JSON"),
+        ("[]", "(top level)"),
+        ('{"containers": {"a": {"requests": {"cpu": []}}}}', "containers.a.requests.cpu"),
+        ('{"containers": {"a": {"bogus": 1}}}', "containers.a.bogus"),
+        ('{"containers": {"a": {"classes": {"net": "x"}}}}', "containers.a.classes.net"),
+    ],
+)
+def test_malformed_resources_annotation_names_the_field(text: str, where: str) -> None:
+    with pytest.raises(ResourcesAnnotationError) as err:
+        ResourcesAnnotation.parse(text, key="intel.com/resources")
+    assert "intel.com/resources" in str(err.value) and where in str(err.value)
