@@ -1,0 +1,1 @@
+"""Development and test environment: a private containerd and locally built images."""

@@ -1,0 +1,536 @@
+"""A private containerd for tests and the demo.
+
+``PrivateContainerd`` runs its own containerd out of a temporary folder: its own root, state,
+gRPC and ttrpc sockets, runc root and config, so that it never touches a system containerd on
+the default paths. Its CRI plugin is set up the way this machine needs (see FACTS.md):
+
+* ``restrict_oom_score_adj = true``: lowering oom_score_adj is not permitted here, and without
+  this runc fails with "can't get final child's PID from pipe: EOF";
+* ``sandbox_image`` = a locally built pause image (there is no registry to pull from);
+* cgroupfs driver (``SystemdCgroup = false``), so cgroup paths are ``<parent>/<container id>``;
+* no CNI: pods use the host network (``namespace_options.network = NODE``);
+* snapshotter overlayfs when an overlay mount works here, else native.
+
+Containers outlive a ``restart()`` (the shims keep running and containerd reconnects to them on
+start), which the "containerd restarted under the relay" tests rely on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from enforcer.devenv import images
+
+REQUIRED_BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
+# Snapshotters that cannot work in a temporary folder on ext4; disabling them also keeps their
+# noisy start-up errors out of the log.
+_DISABLED_PLUGINS = (
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.snapshotter.v1.devmapper",
+)
+# containerd 1.6 always puts shim sockets in /run/containerd/s (named by a hash of our socket
+# path, so no clash); we remove these folders again if they were not there before.
+_SHIM_SOCKET_DIRS = ("/run/containerd/s", "/run/containerd")
+# Parents of the pod cgroups that kubelet (and so the emulator) uses with the cgroupfs driver.
+_KUBEPODS = ("kubepods", "kubepods/burstable", "kubepods/besteffort")
+
+
+class ContainerdError(RuntimeError):
+    """containerd did not come up, or an operation on it failed."""
+
+
+def containerd_available() -> str | None:
+    """None when a private containerd can run here, else the reason why not."""
+    missing = [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
+    if images.find_busybox() is None:
+        missing.append("busybox (static)")
+    if missing:
+        return (
+            f"missing {', '.join(missing)}; on Debian/Ubuntu install them with "
+            "`apt-get install containerd runc busybox-static` (as root)"
+        )
+    if os.geteuid() != 0:
+        return f"containerd and runc need root (running as uid {os.geteuid()})"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "no cgroup file system at /sys/fs/cgroup"
+    return None
+
+
+def overlayfs_works(folder: str | os.PathLike[str]) -> bool:
+    """Whether an overlay mount works on the file system holding ``folder``."""
+    probe = Path(tempfile.mkdtemp(prefix="overlay-probe-", dir=folder))
+    try:
+        for d in ("lower", "upper", "work", "merged"):
+            (probe / d).mkdir()
+        opts = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
+        mounted = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", opts, str(probe / "merged")],
+            capture_output=True,
+            timeout=10,
+        )
+        if mounted.returncode != 0:
+            return False
+        subprocess.run(["umount", str(probe / "merged")], capture_output=True, timeout=10)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_config(
+    workdir: Path,
+    socket: Path,
+    snapshotter: str,
+    sandbox_image: str = images.PAUSE_IMAGE,
+) -> str:
+    """containerd config.toml (version 2) for a private instance living in ``workdir``."""
+    q = _toml_str
+    cri = '[plugins."io.containerd.grpc.v1.cri"'
+    disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
+    return f"""\
+# Written by enforcer.devenv.containerd: a private containerd for tests and the demo.
+version = 2
+root = {q(str(workdir / "root"))}
+state = {q(str(workdir / "state"))}
+disabled_plugins = [{disabled}]
+# 0: leave containerd's own oom_score alone (lowering it is not permitted here).
+oom_score = 0
+
+[grpc]
+  address = {q(str(socket))}
+
+# Its own ttrpc socket, or it would collide with a system containerd.
+[ttrpc]
+  address = {q(str(socket) + ".ttrpc")}
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = {q(str(workdir / "opt"))}
+
+  {cri}]
+    sandbox_image = {q(sandbox_image)}
+    # Without this runc fails here: lowering oom_score_adj is not permitted.
+    restrict_oom_score_adj = true
+    # Port 0: the exec/attach streaming server picks a free port.
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    disable_tcp_service = true
+    # apparmor is not available here; never try to load a profile.
+    disable_apparmor = true
+    enable_selinux = false
+    systemd_cgroup = false
+
+    {cri}.cni]
+      # No CNI plugin: pods run with host networking. Private, empty folders so that a
+      # system CNI configuration is never picked up.
+      bin_dir = {q(str(workdir / "cni" / "bin"))}
+      conf_dir = {q(str(workdir / "cni" / "net.d"))}
+
+    {cri}.containerd]
+      snapshotter = {q(snapshotter)}
+      default_runtime_name = "runc"
+
+      {cri}.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        {cri}.containerd.runtimes.runc.options]
+          # cgroupfs driver: container cgroup = <cgroup parent>/<container id>.
+          SystemdCgroup = false
+          # Own runc state folder, apart from a system containerd's /run/containerd/runc.
+          Root = {q(str(workdir / "runc"))}
+"""
+
+
+class PrivateContainerd:
+    """A containerd of our own, with the CRI plugin, in a temporary folder.
+
+    Use as a context manager, or call ``start()`` and ``close()``::
+
+        with PrivateContainerd() as ctrd:
+            emulator = KubeletEmulator(ctrd.socket)
+
+    ``stop()`` stops the daemon and keeps its folder (containers keep running under their
+    shims); ``start()`` after ``stop()``, or ``restart()``, brings the same instance back.
+    ``close()`` removes every pod, stops the daemon and deletes the folder.
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        snapshotter: str | None = None,
+        import_images: bool = True,
+        start_timeout: float = 30.0,
+        log_level: str = "info",
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kre-ctrd-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # A unix socket path must stay under 108 bytes; a short name helps.
+        self.socket = str(self.workdir / "containerd.sock")
+        self.address = f"unix://{self.socket}"
+        self.config_path = self.workdir / "config.toml"
+        self.log_path = self.workdir / "containerd.log"
+        self.runc_root = self.workdir / "runc"
+        self.snapshotter = snapshotter
+        self.import_images = import_images
+        self.start_timeout = start_timeout
+        self.log_level = log_level
+        self.pause_image = images.PAUSE_IMAGE
+        self.busybox_image = images.BUSYBOX_IMAGE
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: object | None = None
+        self._images_imported = False
+        self._closed = False
+        self._cgroups_before: set[str] | None = None
+        self._run_dirs_before: set[str] = set()
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> PrivateContainerd:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> PrivateContainerd:
+        """Start containerd (first time: write the config and import the images)."""
+        if self._closed:
+            raise ContainerdError("this PrivateContainerd was closed; make a new one")
+        if self.running():
+            return self
+        reason = containerd_available()
+        if reason:
+            raise ContainerdError(f"cannot run containerd here: {reason}")
+        if self._cgroups_before is None:
+            self._cgroups_before = _existing_pod_cgroups()
+            self._run_dirs_before = {d for d in _SHIM_SOCKET_DIRS if os.path.isdir(d)}
+        if not self.config_path.exists():
+            for d in ("root", "state", "opt", "runc", "cni/bin", "cni/net.d", "images", "pods"):
+                (self.workdir / d).mkdir(parents=True, exist_ok=True)
+            if self.snapshotter is None:
+                self.snapshotter = "overlayfs" if overlayfs_works(self.workdir) else "native"
+            self.config_path.write_text(
+                render_config(self.workdir, Path(self.socket), self.snapshotter)
+            )
+        elif self.snapshotter is None:
+            self.snapshotter = _snapshotter_from_config(self.config_path.read_text())
+
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket)  # a stale socket from a killed run would fool the wait
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the daemon's lifetime
+        log.write(f"\n==== starting containerd at {time.ctime()} ====\n".encode())
+        log.flush()
+        self._log_file = log
+        # start_new_session: containerd leads its own process group, so stop() can kill it and
+        # any helper it forked in one go. The shims put themselves in their own groups and
+        # survive, as on a real node.
+        self._proc = subprocess.Popen(
+            [
+                "containerd",
+                "--config",
+                str(self.config_path),
+                "--log-level",
+                self.log_level,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            self._wait_ready()
+            if self.import_images and not self._images_imported:
+                self._import_images()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the daemon (SIGTERM, then SIGKILL, to its whole process group).
+
+        The folder and the running containers stay, so ``start()`` brings everything back.
+        """
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _kill_group(proc, timeout)
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Stop and start again with the same root and state: containers survive."""
+        self.stop(timeout)
+        self.start()
+
+    def close(self) -> None:
+        """Remove all pods, stop the daemon, and delete everything this instance made."""
+        if self._closed:
+            return
+        try:
+            if self.running():
+                with contextlib.suppress(Exception):
+                    self.remove_all_pods()
+            self.stop()
+            self._kill_leftovers()
+            _unmount_under(self.workdir)
+            _remove_new_pod_cgroups(self._cgroups_before or set())
+            for d in _SHIM_SOCKET_DIRS:
+                if d not in self._run_dirs_before:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d)  # only when empty: another containerd may use it
+        finally:
+            self._closed = True
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def channel(self):  # -> grpc.Channel
+        """A new gRPC channel to this containerd's CRI socket (caller closes it)."""
+        import grpc
+
+        return grpc.insecure_channel(self.address)
+
+    def version(self, timeout: float = 5.0):  # -> api_pb2.VersionResponse
+        """CRI Version, straight from containerd."""
+        from enforcer.cri import api_pb2, api_pb2_grpc
+
+        with self.channel() as ch:
+            stub = api_pb2_grpc.RuntimeServiceStub(ch)
+            return stub.Version(api_pb2.VersionRequest(version="v1"), timeout=timeout)
+
+    def remove_all_pods(self, timeout: float = 30.0) -> None:
+        """Stop and remove every pod sandbox (and so every container) via CRI."""
+        from enforcer.cri import api_pb2, api_pb2_grpc
+
+        with self.channel() as ch:
+            stub = api_pb2_grpc.RuntimeServiceStub(ch)
+            listed = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=timeout)
+            for c in listed.containers:
+                with contextlib.suppress(Exception):
+                    stub.StopContainer(
+                        api_pb2.StopContainerRequest(container_id=c.id, timeout=0), timeout=timeout
+                    )
+                with contextlib.suppress(Exception):
+                    stub.RemoveContainer(
+                        api_pb2.RemoveContainerRequest(container_id=c.id), timeout=timeout
+                    )
+            for s in stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=timeout).items:
+                with contextlib.suppress(Exception):
+                    stub.StopPodSandbox(
+                        api_pb2.StopPodSandboxRequest(pod_sandbox_id=s.id), timeout=timeout
+                    )
+                with contextlib.suppress(Exception):
+                    stub.RemovePodSandbox(
+                        api_pb2.RemovePodSandboxRequest(pod_sandbox_id=s.id), timeout=timeout
+                    )
+                _remove_pod_cgroups_of(s.metadata.uid)
+
+    def _wait_ready(self) -> None:
+        import grpc
+
+        deadline = time.monotonic() + self.start_timeout
+        last_error = "socket not created"
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise ContainerdError(
+                    f"containerd exited with code {self._proc.returncode} while starting "
+                    f"(config {self.config_path}); log tail:\n{self.log_tail()}"
+                )
+            if os.path.exists(self.socket):
+                try:
+                    self.version(timeout=2)
+                    return
+                except grpc.RpcError as e:
+                    last_error = f"{e.code().name}: {e.details()}"  # type: ignore[attr-defined]
+            time.sleep(0.1)
+        raise ContainerdError(
+            f"containerd did not answer CRI Version within {self.start_timeout:.0f}s "
+            f"({last_error}; config {self.config_path}); log tail:\n{self.log_tail()}"
+        )
+
+    def _import_images(self) -> None:
+        from enforcer.cri import api_pb2, api_pb2_grpc
+
+        archives = images.build_default_images(self.workdir / "images")
+        for archive in archives.values():
+            images.import_image(self.socket, archive, snapshotter=self.snapshotter)
+        # The CRI plugin learns of imported images through events; wait until it sees them so
+        # that the first RunPodSandbox does not try to pull the pause image from a registry.
+        deadline = time.monotonic() + 15
+        with self.channel() as ch:
+            stub = api_pb2_grpc.ImageServiceStub(ch)
+            for name in archives:
+                while True:
+                    status = stub.ImageStatus(
+                        api_pb2.ImageStatusRequest(image=api_pb2.ImageSpec(image=name)), timeout=5
+                    )
+                    if status.HasField("image"):
+                        break
+                    if time.monotonic() > deadline:
+                        raise ContainerdError(
+                            f"image {name} imported but not visible over CRI; log tail:\n"
+                            f"{self.log_tail()}"
+                        )
+                    time.sleep(0.1)
+        self._images_imported = True
+
+    def _kill_leftovers(self) -> None:
+        """Last resort after a failed cleanup: shims serving our socket and runc containers."""
+        marker = self.socket.encode()
+        for pid in _pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"containerd-shim" in cmdline and marker in cmdline:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if not self.runc_root.is_dir():
+            return
+        for ns_root in self.runc_root.iterdir():
+            if not ns_root.is_dir():
+                continue
+            for ctr_dir in ns_root.iterdir():
+                subprocess.run(
+                    ["runc", "--root", str(ns_root), "delete", "--force", ctr_dir.name],
+                    capture_output=True,
+                    timeout=30,
+                )
+
+
+def _snapshotter_from_config(text: str) -> str:
+    for line in text.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() == "snapshotter":
+            return value.strip().strip('"')
+    return "overlayfs"
+
+
+def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait)
+    # Whatever else was left in the group (helpers forked by containerd).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _unmount_under(folder: Path) -> None:
+    """Lazily unmount anything still mounted below ``folder`` (rootfs, shm), deepest first."""
+    prefix = str(folder.resolve()) + "/"
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    points = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if point.startswith(prefix):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=10)
+
+
+def _cgroup_hierarchies(cgroupfs_root: str = "/sys/fs/cgroup") -> list[Path]:
+    root = Path(cgroupfs_root)
+    try:
+        # "unified" too: in hybrid mode runc also makes the folders in the v2 hierarchy.
+        return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+
+
+def _existing_pod_cgroups() -> set[str]:
+    """Every kubepods cgroup folder that exists now, so that close() leaves them alone."""
+    found = set()
+    for ctrl in _cgroup_hierarchies():
+        for rel in _KUBEPODS:
+            d = ctrl / rel
+            if d.is_dir():
+                found.add(str(d))
+                found.update(str(p) for p in d.glob("pod*") if p.is_dir())
+    return found
+
+
+def _remove_pod_cgroups_of(uid: str) -> None:
+    """rmdir the pod-level cgroup folders kubelet would have removed (runc leaves them)."""
+    if not uid:
+        return
+    for ctrl in _cgroup_hierarchies():
+        for rel in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+            with contextlib.suppress(OSError):
+                (ctrl / rel / f"pod{uid}").rmdir()
+
+
+def _remove_new_pod_cgroups(before: set[str]) -> None:
+    """rmdir the empty kubepods folders that appeared while we ran, deepest first."""
+    for ctrl in _cgroup_hierarchies():
+        candidates = []
+        for rel in _KUBEPODS:
+            d = ctrl / rel
+            if d.is_dir():
+                candidates.append(d)
+                candidates.extend(p for p in d.glob("pod*") if p.is_dir())
+        for d in sorted(candidates, key=lambda p: len(p.parts), reverse=True):
+            if str(d) not in before:
+                with contextlib.suppress(OSError):
+                    d.rmdir()

@@ -1,0 +1,273 @@
+"""Container images without a registry and without Docker.
+
+There is no registry to pull from on a test machine, so we build OCI image archives ourselves:
+an ``oci-layout`` file, an ``index.json`` whose manifest carries the
+``io.containerd.image.name`` annotation (what ``ctr images import`` names the image after),
+a manifest, a config and one gzip layer holding the host's static busybox plus applet symlinks.
+The archives are byte-for-byte reproducible (fixed timestamps, owners and ordering), so the image
+digests stay the same from run to run and a second import is a no-op.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+BUSYBOX_IMAGE = "docker.io/library/busybox:local"
+PAUSE_IMAGE = "registry.k8s.io/pause:local"
+
+# Used when the busybox binary cannot list its applets; enough for tests and the demo.
+_FALLBACK_APPLETS = (
+    "cat", "echo", "env", "false", "grep", "head", "id", "ls", "mkdir", "nproc", "ps", "rm",
+    "sh", "sleep", "tail", "taskset", "test", "top", "touch", "true", "wc",
+)  # fmt: skip
+
+_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A fixed timestamp keeps the layer (and so every digest) reproducible.
+_EPOCH = 0
+
+_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+_OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+_OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What goes into one image: its name and how its container starts."""
+
+    name: str
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ("sh",)
+
+
+BUSYBOX = ImageSpec(BUSYBOX_IMAGE, entrypoint=(), cmd=("sh",))
+# The pod sandbox ("pause") container only has to stay alive; busybox sleep does that. PID 1 in a
+# container ignores SIGTERM, which is fine: containerd stops sandboxes with SIGKILL.
+PAUSE = ImageSpec(PAUSE_IMAGE, entrypoint=("/bin/sleep", "2147483647"), cmd=())
+
+
+def find_busybox() -> str | None:
+    """Path of a statically linked busybox, or None."""
+    for candidate in ("/bin/busybox", shutil.which("busybox")):
+        if candidate and os.path.isfile(candidate) and _is_static(candidate):
+            return candidate
+    return None
+
+
+def _is_static(path: str) -> bool:
+    # A dynamically linked ELF has a PT_INTERP program header; look for the loader path in the
+    # first bytes instead of parsing ELF: the interpreter string sits near the start of the file.
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head.startswith(b"\x7fELF") and b"/ld-linux" not in head and b"/ld-musl" not in head
+
+
+def oci_arch(machine: str | None = None) -> str:
+    """The OCI architecture name of this machine (x86_64 -> amd64, aarch64 -> arm64, ...)."""
+    machine = (machine or platform.machine()).lower()
+    return {
+        "x86_64": "amd64",
+        "amd64": "amd64",
+        "aarch64": "arm64",
+        "arm64": "arm64",
+        "armv7l": "arm",
+        "ppc64le": "ppc64le",
+        "s390x": "s390x",
+        "riscv64": "riscv64",
+    }.get(machine, machine)
+
+
+def _applets(busybox: str) -> list[str]:
+    try:
+        out = subprocess.run(
+            [busybox, "--list"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
+        names = sorted({n.strip() for n in out.split() if n.strip() and "/" not in n})
+    except (OSError, subprocess.SubprocessError):
+        names = []
+    names = [n for n in names if n != "busybox"]
+    return names or sorted(_FALLBACK_APPLETS)
+
+
+def _tarinfo(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.mtime = _EPOCH
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _layer_tar(busybox: str) -> bytes:
+    """Uncompressed layer: the root file system of both images."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d, mode in (
+            ("bin", 0o755),
+            ("dev", 0o755),
+            ("etc", 0o755),
+            ("proc", 0o555),
+            ("root", 0o700),
+            ("sys", 0o555),
+            ("tmp", 0o1777),
+            ("usr", 0o755),
+            ("usr/bin", 0o755),
+            ("var", 0o755),
+        ):
+            tar.addfile(_tarinfo(d, tarfile.DIRTYPE, mode))
+        data = Path(busybox).read_bytes()
+        info = _tarinfo("bin/busybox", tarfile.REGTYPE, 0o755)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for applet in _applets(busybox):
+            link = _tarinfo(f"bin/{applet}", tarfile.SYMTYPE, 0o777)
+            link.linkname = "busybox"
+            tar.addfile(link)
+        # Minimal user database: runtimes look up the image user (root) here.
+        for name, text in (
+            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
+            ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+        ):
+            raw = text.encode()
+            info = _tarinfo(name, tarfile.REGTYPE, 0o644)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    return buf.getvalue()
+
+
+def _gzip(data: bytes) -> bytes:
+    # mtime=0 and no file name: gzip output depends only on the input bytes.
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=6) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _json(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def build_oci_archive(
+    out: str | os.PathLike[str],
+    spec: ImageSpec,
+    busybox: str | None = None,
+    arch: str | None = None,
+) -> Path:
+    """Write an OCI image archive (a tar of an OCI image layout) for ``spec`` to ``out``."""
+    busybox = busybox or find_busybox()
+    if not busybox:
+        raise FileNotFoundError(
+            "no static busybox found (/bin/busybox or on PATH); "
+            "install it with: apt-get install busybox-static"
+        )
+    arch = arch or oci_arch()
+    layer_tar = _layer_tar(busybox)
+    layer = _gzip(layer_tar)
+    config = _json(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "created": "1970-01-01T00:00:00Z",
+            "config": {
+                "Env": [_PATH_ENV],
+                "Entrypoint": list(spec.entrypoint) or None,
+                "Cmd": list(spec.cmd) or None,
+                "WorkingDir": "/",
+            },
+            "rootfs": {"type": "layers", "diff_ids": [_digest(layer_tar)]},
+            "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "enforcer.devenv"}],
+        }
+    )
+    manifest = _json(
+        {
+            "schemaVersion": 2,
+            "mediaType": _OCI_MANIFEST,
+            "config": {"mediaType": _OCI_CONFIG, "digest": _digest(config), "size": len(config)},
+            "layers": [
+                {"mediaType": _OCI_LAYER_GZIP, "digest": _digest(layer), "size": len(layer)}
+            ],
+        }
+    )
+    tag = spec.name.rsplit(":", 1)[1] if ":" in spec.name.rsplit("/", 1)[-1] else "latest"
+    index = _json(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": _OCI_MANIFEST,
+                    "digest": _digest(manifest),
+                    "size": len(manifest),
+                    "platform": {"architecture": arch, "os": "linux"},
+                    "annotations": {
+                        "io.containerd.image.name": spec.name,
+                        "org.opencontainers.image.ref.name": tag,
+                    },
+                }
+            ],
+        }
+    )
+    files: list[tuple[str, bytes]] = [
+        ("oci-layout", _json({"imageLayoutVersion": "1.0.0"})),
+        ("index.json", index),
+    ]
+    for blob in (layer, config, manifest):
+        files.append((f"blobs/sha256/{_digest(blob).split(':', 1)[1]}", blob))
+
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out_path, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d in ("blobs", "blobs/sha256"):
+            tar.addfile(_tarinfo(d, tarfile.DIRTYPE, 0o755))
+        for name, data in files:
+            info = _tarinfo(name, tarfile.REGTYPE, 0o644)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out_path
+
+
+def import_image(
+    ctr_socket: str,
+    archive: str | os.PathLike[str],
+    namespace: str = "k8s.io",
+    snapshotter: str | None = None,
+    ctr: str = "ctr",
+    timeout: float = 120,
+) -> None:
+    """Load an image archive into containerd: ``ctr -a SOCKET -n k8s.io images import FILE``.
+
+    ``k8s.io`` is the namespace containerd's CRI plugin serves. ``snapshotter`` must be the one
+    the CRI plugin uses, or the image is unpacked where CRI does not look.
+    """
+    cmd = [ctr, "-a", ctr_socket, "-n", namespace, "images", "import"]
+    if snapshotter:
+        cmd += ["--snapshotter", snapshotter]
+    cmd.append(os.fspath(archive))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        )
+
+
+def build_default_images(folder: str | os.PathLike[str]) -> dict[str, Path]:
+    """Build the busybox and pause archives in ``folder``; returns image name -> archive."""
+    folder = Path(folder)
+    return {
+        BUSYBOX_IMAGE: build_oci_archive(folder / "busybox.oci.tar", BUSYBOX),
+        PAUSE_IMAGE: build_oci_archive(folder / "pause.oci.tar", PAUSE),
+    }

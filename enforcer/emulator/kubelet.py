@@ -1,0 +1,635 @@
+"""A kubelet emulator: turns Kubernetes Pod manifests into the CRI calls kubelet makes.
+
+It derives what kubelet sends with the cgroupfs driver (see FACTS.md, "What kubelet sends"):
+the pod's QoS class and cgroup parent, the ``PodSandboxConfig`` (pod labels and annotations
+copied, host networking), and per container a ``ContainerConfig`` whose
+``LinuxContainerResources`` carry kubelet's CPU shares, CFS quota/period, memory limit and OOM
+score adjustment. It talks CRI over a unix socket, so it drives containerd directly or through
+the enforcer's relay in exactly the same way.
+
+Pure helpers (``pod_qos_class``, ``linux_resources``, ``cgroup_parent_for``, ...) are usable
+without a runtime, for unit tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import weakref
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from enforcer.cri import api_pb2, api_pb2_grpc
+
+Pod = Mapping[str, Any]
+Container = Mapping[str, Any]
+
+GUARANTEED = "Guaranteed"
+BURSTABLE = "Burstable"
+BEST_EFFORT = "BestEffort"
+
+# Kubelet's constants (pkg/kubelet/cm, pkg/kubelet/qos).
+MIN_SHARES = 2
+SHARES_PER_CPU = 1024
+QUOTA_PERIOD = 100_000  # microseconds
+MIN_QUOTA = 1000
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+
+# Labels kubelet puts on every sandbox and container.
+LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+LABEL_POD_NAME = "io.kubernetes.pod.name"
+LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
+LABEL_POD_UID = "io.kubernetes.pod.uid"
+
+_QOS_RESOURCES = ("cpu", "memory")  # the only resources that count for the QoS class
+
+
+def _quantity(value: Any) -> Decimal:
+    # Imported here: the kubernetes package takes a while to import and is needed only here.
+    from kubernetes.utils.quantity import parse_quantity
+
+    return Decimal(parse_quantity(value))
+
+
+def milli_value(value: Any) -> int:
+    """Quantity in thousandths, rounded up like resource.Quantity.MilliValue()."""
+    return math.ceil(_quantity(value) * 1000)
+
+
+def int_value(value: Any) -> int:
+    """Quantity as an integer, rounded up like resource.Quantity.Value()."""
+    return math.ceil(_quantity(value))
+
+
+# -- resources and QoS ----------------------------------------------------------------------
+
+
+def _resources(container: Container) -> tuple[dict[str, Any], dict[str, Any]]:
+    res = container.get("resources") or {}
+    return dict(res.get("requests") or {}), dict(res.get("limits") or {})
+
+
+def effective_requests(container: Container) -> dict[str, Any]:
+    """The container's requests after API defaulting: a missing request equals the limit."""
+    requests, limits = _resources(container)
+    for name, limit in limits.items():
+        requests.setdefault(name, limit)
+    return requests
+
+
+def all_containers(pod: Pod) -> list[Container]:
+    spec = pod.get("spec") or {}
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def pod_qos_class(pod: Pod) -> str:
+    """The pod's QoS class by Kubernetes' rules (init containers included)."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for c in all_containers(pod):
+        _, lim = _resources(c)
+        for name, q in effective_requests(c).items():
+            if name in _QOS_RESOURCES and _quantity(q) > 0:
+                requests[name] = requests.get(name, Decimal(0)) + _quantity(q)
+        found = set()
+        for name, q in lim.items():
+            if name in _QOS_RESOURCES and _quantity(q) > 0:
+                found.add(name)
+                limits[name] = limits.get(name, Decimal(0)) + _quantity(q)
+        if not found.issuperset(_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return BEST_EFFORT
+    if (
+        guaranteed
+        and all(limits.get(n) == q for n, q in requests.items())
+        and len(requests) == len(limits)
+    ):
+        return GUARANTEED
+    return BURSTABLE
+
+
+def milli_cpu_to_shares(milli_cpu: int) -> int:
+    """cpu.shares for a CPU request in milli-CPU (kubelet's MilliCPUToShares)."""
+    if milli_cpu == 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, milli_cpu * SHARES_PER_CPU // 1000)
+
+
+def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
+    """CFS quota for a CPU limit in milli-CPU; 0 means no limit (kubelet's MilliCPUToQuota)."""
+    if milli_cpu == 0:
+        return 0
+    return max(MIN_QUOTA, milli_cpu * period // 1000)
+
+
+def node_memory_capacity() -> int:
+    """MemTotal of this machine in bytes (kubelet's memory capacity, for oom_score_adj)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("MemTotal not found in /proc/meminfo")
+
+
+def oom_score_adj(qos: str, container: Container, memory_capacity: int) -> int:
+    """Kubelet's per-container OOM score adjustment."""
+    if qos == GUARANTEED:
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos == BEST_EFFORT:
+        return BEST_EFFORT_OOM_SCORE_ADJ
+    mem = effective_requests(container).get("memory")
+    request = int_value(mem) if mem is not None else 0
+    adj = 1000 - (1000 * request) // memory_capacity
+    # Burstable stays strictly between Guaranteed and BestEffort.
+    if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
+        return 1000 + GUARANTEED_OOM_SCORE_ADJ
+    if adj == BEST_EFFORT_OOM_SCORE_ADJ:
+        return adj - 1
+    return adj
+
+
+def linux_resources(
+    container: Container,
+    qos: str | None = None,
+    memory_capacity: int | None = None,
+) -> api_pb2.LinuxContainerResources:
+    """The LinuxContainerResources kubelet sends for ``container``.
+
+    ``qos`` and ``memory_capacity`` only matter for ``oom_score_adj``; without ``qos`` that
+    field stays 0 (unset).
+    """
+    requests = effective_requests(container)
+    _, limits = _resources(container)
+    cpu_request = milli_value(requests["cpu"]) if "cpu" in requests else 0
+    cpu_limit = milli_value(limits["cpu"]) if "cpu" in limits else 0
+    res = api_pb2.LinuxContainerResources(
+        cpu_period=QUOTA_PERIOD,
+        cpu_quota=milli_cpu_to_quota(cpu_limit),
+        cpu_shares=milli_cpu_to_shares(cpu_request),
+        memory_limit_in_bytes=int_value(limits["memory"]) if "memory" in limits else 0,
+    )
+    if qos is not None:
+        capacity = memory_capacity if memory_capacity is not None else node_memory_capacity()
+        res.oom_score_adj = oom_score_adj(qos, container, capacity)
+    return res
+
+
+# -- cgroups ----------------------------------------------------------------------------------
+
+
+def cgroup_parent_for(qos: str, uid: str, driver: str = "cgroupfs") -> str:
+    """The pod's cgroup parent as kubelet sends it in LinuxPodSandboxConfig.cgroup_parent."""
+    if driver == "cgroupfs":
+        return {
+            GUARANTEED: f"/kubepods/pod{uid}",
+            BURSTABLE: f"/kubepods/burstable/pod{uid}",
+            BEST_EFFORT: f"/kubepods/besteffort/pod{uid}",
+        }[qos]
+    if driver == "systemd":
+        escaped = uid.replace("-", "_")
+        return {
+            GUARANTEED: f"kubepods-pod{escaped}.slice",
+            BURSTABLE: f"kubepods-burstable-pod{escaped}.slice",
+            BEST_EFFORT: f"kubepods-besteffort-pod{escaped}.slice",
+        }[qos]
+    raise ValueError(f"unknown cgroup driver {driver!r} (cgroupfs or systemd)")
+
+
+def _expand_slice(name: str) -> str:
+    """systemd slice name -> its path: a-b-c.slice -> /a.slice/a-b.slice/a-b-c.slice."""
+    stem = name.removesuffix(".slice")
+    parts = stem.split("-")
+    return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def cgroup_path(
+    controller: str | None,
+    cgroup_parent: str,
+    container_id: str,
+    cgroupfs_root: str = "/sys/fs/cgroup",
+) -> str:
+    """The container's cgroup folder, e.g. /sys/fs/cgroup/cpuset/kubepods/pod<UID>/<id>.
+
+    ``controller`` names the cgroup v1 hierarchy (``cpuset``, ``cpu``, ``memory``, ``blkio``,
+    ...); None or "" gives the path under ``cgroupfs_root`` itself (cgroup v2). With the
+    cgroupfs driver containerd hands runc ``<parent>/<container id>``; with a systemd slice
+    parent runc uses ``<slice path>/cri-containerd-<id>.scope``.
+    """
+    if cgroup_parent.endswith(".slice") and "/" not in cgroup_parent:
+        rel = f"{_expand_slice(cgroup_parent)}/cri-containerd-{container_id}.scope"
+    else:
+        rel = f"{cgroup_parent.rstrip('/')}/{container_id}"
+    base = os.path.join(cgroupfs_root, controller) if controller else cgroupfs_root
+    return os.path.normpath(base + "/" + rel.lstrip("/"))
+
+
+def remove_pod_cgroups(cgroup_parent: str, cgroupfs_root: str = "/sys/fs/cgroup") -> None:
+    """rmdir the pod-level cgroup in every hierarchy, as kubelet does after a pod is gone.
+
+    runc removes the container's own folder but not the parents it created.
+    """
+    if cgroup_parent.endswith(".slice"):
+        return  # systemd owns slices
+    root = Path(cgroupfs_root)
+    with contextlib.suppress(OSError):
+        hierarchies = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
+        if (root / "cgroup.controllers").exists():
+            hierarchies = [root]  # pure cgroup v2
+        for h in hierarchies:
+            with contextlib.suppress(OSError):
+                (h / cgroup_parent.strip("/")).rmdir()
+
+
+# -- the emulator -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunningPod:
+    """A pod that the emulator started: what a test needs to find its containers."""
+
+    name: str
+    namespace: str
+    uid: str
+    qos: str
+    cgroup_parent: str
+    sandbox_id: str
+    sandbox_config: api_pb2.PodSandboxConfig
+    manifest: Pod
+    containers: dict[str, str] = field(default_factory=dict)  # name -> container id
+    init_containers: dict[str, str] = field(default_factory=dict)
+
+    def container_id(self, name: str) -> str:
+        if name in self.containers:
+            return self.containers[name]
+        return self.init_containers[name]
+
+    def cgroup_path(
+        self, controller: str | None, container: str, cgroupfs_root: str = "/sys/fs/cgroup"
+    ) -> str:
+        """cgroup folder of the container named ``container`` in this pod."""
+        return cgroup_path(
+            controller, self.cgroup_parent, self.container_id(container), cgroupfs_root
+        )
+
+
+class KubeletEmulator:
+    """Drives a CRI runtime (containerd, or the relay in front of it) the way kubelet does.
+
+    The emulator always asks for host networking (no CNI plugin is needed), whatever the
+    manifest's ``hostNetwork`` says.
+    """
+
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        log_root: str | os.PathLike[str] | None = None,
+        cgroup_driver: str = "cgroupfs",
+        cgroupfs_root: str = "/sys/fs/cgroup",
+        runtime_handler: str = "",
+        timeout: float = 30.0,
+        memory_capacity: int | None = None,
+    ) -> None:
+        address = socket_path if "://" in socket_path else f"unix://{socket_path}"
+        self.socket_path = socket_path.removeprefix("unix://")
+        self.channel = grpc.insecure_channel(address)
+        self.runtime = api_pb2_grpc.RuntimeServiceStub(self.channel)
+        self.images = api_pb2_grpc.ImageServiceStub(self.channel)
+        self._own_log_root = log_root is None
+        # Made on first use (run_pod_sandbox), so an emulator that runs no pod leaves nothing.
+        self.log_root = Path(
+            log_root or Path(tempfile.gettempdir()) / f"kre-pod-logs-{uuid.uuid4().hex[:12]}"
+        )
+        # Our own log folder goes at close(), or at exit if close() is never called.
+        self._log_cleanup = (
+            weakref.finalize(self, shutil.rmtree, str(self.log_root), True)
+            if self._own_log_root
+            else None
+        )
+        self.cgroup_driver = cgroup_driver
+        self.cgroupfs_root = cgroupfs_root
+        self.runtime_handler = runtime_handler
+        self.timeout = timeout
+        self.memory_capacity = memory_capacity or node_memory_capacity()
+        self.pods: dict[str, RunningPod] = {}  # sandbox id -> pod
+
+    def __enter__(self) -> KubeletEmulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, remove_pods: bool = True) -> None:
+        """Remove the pods this emulator started (best effort) and close the channel."""
+        if remove_pods:
+            for pod in list(self.pods.values()):
+                with contextlib.suppress(grpc.RpcError):
+                    self.remove_pod(pod)
+        self.channel.close()
+        if self._log_cleanup is not None:
+            self._log_cleanup()
+
+    # -- what kubelet sends -------------------------------------------------------------------
+
+    def sandbox_config(
+        self, pod: Pod, uid: str | None = None, attempt: int = 0
+    ) -> api_pb2.PodSandboxConfig:
+        """The PodSandboxConfig kubelet derives from ``pod``."""
+        meta = pod.get("metadata") or {}
+        name = meta.get("name", "pod")
+        namespace = meta.get("namespace", "default")
+        uid = uid or meta.get("uid") or str(uuid.uuid4())
+        qos = pod_qos_class(pod)
+        labels = dict(meta.get("labels") or {})
+        labels.update({LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid})
+        spec = pod.get("spec") or {}
+        return api_pb2.PodSandboxConfig(
+            metadata=api_pb2.PodSandboxMetadata(
+                name=name, uid=uid, namespace=namespace, attempt=attempt
+            ),
+            log_directory=str(self.log_root / f"{namespace}_{name}_{uid}"),
+            labels=labels,
+            annotations=dict(meta.get("annotations") or {}),
+            linux=api_pb2.LinuxPodSandboxConfig(
+                cgroup_parent=cgroup_parent_for(qos, uid, self.cgroup_driver),
+                security_context=api_pb2.LinuxSandboxSecurityContext(
+                    namespace_options=api_pb2.NamespaceOption(
+                        network=api_pb2.NODE,
+                        pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
+                        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+                    ),
+                ),
+            ),
+        )
+
+    def container_config(
+        self,
+        pod: Pod,
+        container: Container,
+        uid: str,
+        attempt: int = 0,
+    ) -> api_pb2.ContainerConfig:
+        """The ContainerConfig kubelet derives for one (init) container of ``pod``."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        name = container["name"]
+        qos = pod_qos_class(pod)
+        envs = [
+            api_pb2.KeyValue(key=e["name"], value=str(e.get("value", "")))
+            for e in container.get("env") or []
+            if "valueFrom" not in e
+        ]
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        return api_pb2.ContainerConfig(
+            metadata=api_pb2.ContainerMetadata(name=name, attempt=attempt),
+            image=api_pb2.ImageSpec(
+                image=container["image"], user_specified_image=container["image"]
+            ),
+            command=list(container.get("command") or []),
+            args=list(container.get("args") or []),
+            working_dir=container.get("workingDir", ""),
+            envs=envs,
+            labels={
+                LABEL_CONTAINER_NAME: name,
+                LABEL_POD_NAME: meta.get("name", "pod"),
+                LABEL_POD_NAMESPACE: meta.get("namespace", "default"),
+                LABEL_POD_UID: uid,
+            },
+            # Kubelet's own bookkeeping; pod annotations are NOT copied here.
+            annotations={
+                "io.kubernetes.container.hash": _container_hash(container),
+                "io.kubernetes.container.restartCount": str(attempt),
+                "io.kubernetes.container.terminationMessagePath": container.get(
+                    "terminationMessagePath", "/dev/termination-log"
+                ),
+                "io.kubernetes.container.terminationMessagePolicy": container.get(
+                    "terminationMessagePolicy", "File"
+                ),
+                "io.kubernetes.pod.terminationGracePeriod": str(grace),
+            },
+            log_path=f"{name}/{attempt}.log",
+            stdin=bool(container.get("stdin")),
+            stdin_once=bool(container.get("stdinOnce")),
+            tty=bool(container.get("tty")),
+            linux=api_pb2.LinuxContainerConfig(
+                resources=linux_resources(container, qos, self.memory_capacity),
+                security_context=api_pb2.LinuxContainerSecurityContext(
+                    namespace_options=api_pb2.NamespaceOption(
+                        network=api_pb2.NODE,
+                        pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
+                        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+                    ),
+                    privileged=bool((container.get("securityContext") or {}).get("privileged")),
+                ),
+            ),
+        )
+
+    def create_request(
+        self, pod: RunningPod, container: str | Container, attempt: int = 0
+    ) -> api_pb2.CreateContainerRequest:
+        """The CreateContainerRequest for a container of a running pod (by name or spec)."""
+        spec = self._find_container(pod.manifest, container)
+        return api_pb2.CreateContainerRequest(
+            pod_sandbox_id=pod.sandbox_id,
+            config=self.container_config(pod.manifest, spec, pod.uid, attempt),
+            sandbox_config=pod.sandbox_config,
+        )
+
+    # -- pod life cycle -------------------------------------------------------------------
+
+    def run_pod_sandbox(self, pod: Pod, uid: str | None = None) -> RunningPod:
+        """RunPodSandbox only; containers are added with create_container/start_container."""
+        config = self.sandbox_config(pod, uid)
+        # Kubelet creates the log folder before it runs the sandbox.
+        Path(config.log_directory).mkdir(parents=True, exist_ok=True)
+        resp = self.runtime.RunPodSandbox(
+            api_pb2.RunPodSandboxRequest(config=config, runtime_handler=self.runtime_handler),
+            timeout=self.timeout,
+        )
+        running = RunningPod(
+            name=config.metadata.name,
+            namespace=config.metadata.namespace,
+            uid=config.metadata.uid,
+            qos=pod_qos_class(pod),
+            cgroup_parent=config.linux.cgroup_parent,
+            sandbox_id=resp.pod_sandbox_id,
+            sandbox_config=config,
+            manifest=pod,
+        )
+        self.pods[running.sandbox_id] = running
+        return running
+
+    def create_container(
+        self,
+        pod: RunningPod,
+        container: str | Container,
+        attempt: int = 0,
+        request: api_pb2.CreateContainerRequest | None = None,
+    ) -> str:
+        """CreateContainer; returns the id. A refused request raises the grpc.RpcError.
+
+        ``request`` replaces the derived request (build one with ``create_request`` and edit
+        it to send something kubelet would not).
+        """
+        request = request or self.create_request(pod, container, attempt)
+        resp = self.runtime.CreateContainer(request, timeout=self.timeout)
+        name = request.config.metadata.name
+        init_names = {
+            c["name"] for c in (pod.manifest.get("spec") or {}).get("initContainers") or []
+        }
+        (pod.init_containers if name in init_names else pod.containers)[name] = resp.container_id
+        return resp.container_id
+
+    def start_container(self, container_id: str) -> None:
+        self.runtime.StartContainer(
+            api_pb2.StartContainerRequest(container_id=container_id), timeout=self.timeout
+        )
+
+    def run_pod(self, pod: Pod, uid: str | None = None, init_timeout: float = 30.0) -> RunningPod:
+        """Run a whole pod as kubelet does: sandbox, init containers in order, then containers.
+
+        Each init container must exit 0 before the next one starts (sidecars, i.e. init
+        containers with ``restartPolicy: Always``, only have to be running). If a call fails,
+        the pod is removed again and the error (e.g. the grpc.RpcError of a refused
+        CreateContainer) propagates.
+        """
+        running = self.run_pod_sandbox(pod, uid)
+        try:
+            spec = pod.get("spec") or {}
+            for c in spec.get("initContainers") or []:
+                cid = self.create_container(running, c)
+                self.start_container(cid)
+                if c.get("restartPolicy") == "Always":
+                    continue
+                status = self.wait_container_exit(cid, init_timeout)
+                if status.exit_code != 0:
+                    raise RuntimeError(
+                        f"init container {c['name']} of pod {running.namespace}/{running.name} "
+                        f"exited with code {status.exit_code}: {status.reason} {status.message}"
+                    )
+            for c in spec.get("containers") or []:
+                cid = self.create_container(running, c)
+                self.start_container(cid)
+        except BaseException:
+            with contextlib.suppress(grpc.RpcError):
+                self.remove_pod(running)
+            raise
+        return running
+
+    def stop_pod(self, pod: RunningPod, grace_period: int = 0) -> None:
+        """StopContainer for every container (``grace_period`` seconds), then StopPodSandbox."""
+        for cid in [*pod.containers.values(), *pod.init_containers.values()]:
+            with contextlib.suppress(grpc.RpcError):
+                self.runtime.StopContainer(
+                    api_pb2.StopContainerRequest(container_id=cid, timeout=grace_period),
+                    timeout=self.timeout + grace_period,
+                )
+        self.runtime.StopPodSandbox(
+            api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod.sandbox_id), timeout=self.timeout
+        )
+
+    def remove_pod(self, pod: RunningPod, grace_period: int = 0) -> None:
+        """Stop the pod, remove its containers and sandbox, then its pod-level cgroup."""
+        try:
+            self.stop_pod(pod, grace_period)
+            for cid in [*pod.containers.values(), *pod.init_containers.values()]:
+                self.runtime.RemoveContainer(
+                    api_pb2.RemoveContainerRequest(container_id=cid), timeout=self.timeout
+                )
+            self.runtime.RemovePodSandbox(
+                api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod.sandbox_id),
+                timeout=self.timeout,
+            )
+        finally:
+            self.pods.pop(pod.sandbox_id, None)
+            if self.cgroup_driver == "cgroupfs":
+                remove_pod_cgroups(pod.cgroup_parent, self.cgroupfs_root)
+            shutil.rmtree(pod.sandbox_config.log_directory, ignore_errors=True)
+
+    # -- other calls --------------------------------------------------------------------------
+
+    def update_container_resources(
+        self,
+        container_id: str,
+        resources: api_pb2.LinuxContainerResources | Mapping[str, Any],
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """UpdateContainerResources; ``resources`` may be a message or its fields as a dict."""
+        if not isinstance(resources, api_pb2.LinuxContainerResources):
+            resources = api_pb2.LinuxContainerResources(**resources)
+        self.runtime.UpdateContainerResources(
+            api_pb2.UpdateContainerResourcesRequest(
+                container_id=container_id, linux=resources, annotations=dict(annotations or {})
+            ),
+            timeout=self.timeout,
+        )
+
+    def list_containers(self, pod_sandbox_id: str = "") -> list[api_pb2.Container]:
+        req = api_pb2.ListContainersRequest()
+        if pod_sandbox_id:
+            req.filter.pod_sandbox_id = pod_sandbox_id
+        return list(self.runtime.ListContainers(req, timeout=self.timeout).containers)
+
+    def list_pod_sandboxes(self) -> list[api_pb2.PodSandbox]:
+        return list(
+            self.runtime.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=self.timeout).items
+        )
+
+    def container_status(self, container_id: str, verbose: bool = False) -> api_pb2.ContainerStatus:
+        return self.runtime.ContainerStatus(
+            api_pb2.ContainerStatusRequest(container_id=container_id, verbose=verbose),
+            timeout=self.timeout,
+        ).status
+
+    def exec_sync(
+        self, container_id: str, cmd: Iterable[str], timeout: int = 10
+    ) -> api_pb2.ExecSyncResponse:
+        return self.runtime.ExecSync(
+            api_pb2.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=timeout),
+            timeout=self.timeout + timeout,
+        )
+
+    def version(self) -> api_pb2.VersionResponse:
+        return self.runtime.Version(api_pb2.VersionRequest(version="v1"), timeout=self.timeout)
+
+    def wait_container_exit(
+        self, container_id: str, timeout: float = 30.0
+    ) -> api_pb2.ContainerStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.container_status(container_id)
+            if status.state == api_pb2.CONTAINER_EXITED:
+                return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"container {container_id} still running after {timeout}s")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _find_container(pod: Pod, container: str | Container) -> Container:
+        if not isinstance(container, str):
+            return container
+        for c in all_containers(pod):
+            if c.get("name") == container:
+                return c
+        raise KeyError(f"no container {container!r} in pod {pod.get('metadata', {}).get('name')}")
+
+
+def _container_hash(container: Container) -> str:
+    # Kubelet hashes the container spec to notice changes; any stable hash does here.
+    data = json.dumps(container, sort_keys=True, default=str).encode()
+    return format(zlib.crc32(data), "x")

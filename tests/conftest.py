@@ -1,0 +1,43 @@
+"""Shared fixtures.
+
+``containerd``: a private containerd (enforcer.devenv) for the whole session. Tests that use it
+are marked ``containerd`` automatically. Where containerd, runc or busybox are missing the
+fixture FAILS, it never skips: a skipped end-to-end test would look like a pass in CI. On a
+machine without them, leave those tests out explicitly with ``pytest -m "not containerd"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from enforcer.devenv.containerd import ContainerdError, PrivateContainerd, containerd_available
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Anything that needs the fixture needs a real containerd: mark it so `-m` can select it.
+    for item in items:
+        if "containerd" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.containerd)
+
+
+@pytest.fixture(scope="session")
+def containerd() -> Iterator[PrivateContainerd]:
+    reason = containerd_available()
+    if reason:
+        pytest.fail(
+            f"a real containerd is needed: {reason}. "
+            'On a machine without it, run `pytest -m "not containerd"`.',
+            pytrace=False,
+        )
+    ctrd = PrivateContainerd()
+    try:
+        ctrd.start()
+    except ContainerdError as e:
+        ctrd.close()
+        pytest.fail(f"private containerd did not start: {e}", pytrace=False)
+    try:
+        yield ctrd
+    finally:
+        ctrd.close()
