@@ -22,6 +22,11 @@ def parse_quantity(value: object) -> Decimal:
     return _parse(value)
 
 
+def _positive(quantities: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    parsed = {k: parse_quantity(v) for k, v in (quantities or {}).items() if k in _QOS_RESOURCES}
+    return {k: v for k, v in parsed.items() if v > 0}
+
+
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:
     """The pod's QoS class by the API server's rules, over containers and init containers."""
     requests: dict[str, Decimal] = {}
@@ -29,22 +34,13 @@ def qos_class(spec: Mapping[str, Any]) -> QoSClass:
     guaranteed = True
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         resources = container.get("resources") or {}
-        c_requests = {
-            k: parse_quantity(v)
-            for k, v in (resources.get("requests") or {}).items()
-            if k in _QOS_RESOURCES
-        }
-        c_limits = {
-            k: parse_quantity(v)
-            for k, v in (resources.get("limits") or {}).items()
-            if k in _QOS_RESOURCES
-        }
+        # Zero quantities count as absent, as in the API server's GetPodQOS.
+        c_requests = _positive(resources.get("requests"))
+        c_limits = _positive(resources.get("limits"))
         for name, value in c_requests.items():
-            if value != 0:
-                requests[name] = requests.get(name, Decimal(0)) + value
+            requests[name] = requests.get(name, Decimal(0)) + value
         for name, value in c_limits.items():
-            if value != 0:
-                limits[name] = limits.get(name, Decimal(0)) + value
+            limits[name] = limits.get(name, Decimal(0)) + value
         # A missing request defaults to the limit, so only explicit differences break Guaranteed.
         limited = set(c_limits) == set(_QOS_RESOURCES)
         if not limited or any(c_requests.get(k, c_limits[k]) != c_limits[k] for k in c_limits):

@@ -4,15 +4,20 @@
 are marked ``containerd`` automatically. Where containerd, runc or busybox are missing the
 fixture FAILS, it never skips: a skipped end-to-end test would look like a pass in CI. On a
 machine without them, leave those tests out explicitly with ``pytest -m "not containerd"``.
+
+``snapshot_roots`` / ``topologies``: the real servers' sysfs snapshots, extracted once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from enforcer.devenv.containerd import ContainerdError, PrivateContainerd, containerd_available
+from enforcer.devenv.snapshots import extract_snapshots
+from enforcer.topology import Topology, read_topology
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,3 +46,14 @@ def containerd() -> Iterator[PrivateContainerd]:
         yield ctrd
     finally:
         ctrd.close()
+
+
+@pytest.fixture(scope="session")
+def snapshot_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Snapshot name -> the extracted folder to pass as sysfs root."""
+    return extract_snapshots(tmp_path_factory.mktemp("sysfs-snapshots"))
+
+
+@pytest.fixture(scope="session")
+def topologies(snapshot_roots: dict[str, Path]) -> dict[str, Topology]:
+    return {name: read_topology(path) for name, path in snapshot_roots.items()}

@@ -32,6 +32,12 @@ from typing import Any
 import grpc
 
 from enforcer.cri import api_pb2, api_pb2_grpc
+from enforcer.decode.kubelet import (
+    QUOTA_PERIOD,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
+from enforcer.qos import parse_quantity, qos_class
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]
@@ -40,11 +46,7 @@ GUARANTEED = "Guaranteed"
 BURSTABLE = "Burstable"
 BEST_EFFORT = "BestEffort"
 
-# Kubelet's constants (pkg/kubelet/cm, pkg/kubelet/qos).
-MIN_SHARES = 2
-SHARES_PER_CPU = 1024
-QUOTA_PERIOD = 100_000  # microseconds
-MIN_QUOTA = 1000
+# Kubelet's constants (pkg/kubelet/qos).
 GUARANTEED_OOM_SCORE_ADJ = -997
 BEST_EFFORT_OOM_SCORE_ADJ = 1000
 
@@ -58,10 +60,7 @@ _QOS_RESOURCES = ("cpu", "memory")  # the only resources that count for the QoS 
 
 
 def _quantity(value: Any) -> Decimal:
-    # Imported here: the kubernetes package takes a while to import and is needed only here.
-    from kubernetes.utils.quantity import parse_quantity
-
-    return Decimal(parse_quantity(value))
+    return parse_quantity(value)
 
 
 def milli_value(value: Any) -> int:
@@ -97,44 +96,7 @@ def all_containers(pod: Pod) -> list[Container]:
 
 def pod_qos_class(pod: Pod) -> str:
     """The pod's QoS class by Kubernetes' rules (init containers included)."""
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
-    guaranteed = True
-    for c in all_containers(pod):
-        _, lim = _resources(c)
-        for name, q in effective_requests(c).items():
-            if name in _QOS_RESOURCES and _quantity(q) > 0:
-                requests[name] = requests.get(name, Decimal(0)) + _quantity(q)
-        found = set()
-        for name, q in lim.items():
-            if name in _QOS_RESOURCES and _quantity(q) > 0:
-                found.add(name)
-                limits[name] = limits.get(name, Decimal(0)) + _quantity(q)
-        if not found.issuperset(_QOS_RESOURCES):
-            guaranteed = False
-    if not requests and not limits:
-        return BEST_EFFORT
-    if (
-        guaranteed
-        and all(limits.get(n) == q for n, q in requests.items())
-        and len(requests) == len(limits)
-    ):
-        return GUARANTEED
-    return BURSTABLE
-
-
-def milli_cpu_to_shares(milli_cpu: int) -> int:
-    """cpu.shares for a CPU request in milli-CPU (kubelet's MilliCPUToShares)."""
-    if milli_cpu == 0:
-        return MIN_SHARES
-    return max(MIN_SHARES, milli_cpu * SHARES_PER_CPU // 1000)
-
-
-def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
-    """CFS quota for a CPU limit in milli-CPU; 0 means no limit (kubelet's MilliCPUToQuota)."""
-    if milli_cpu == 0:
-        return 0
-    return max(MIN_QUOTA, milli_cpu * period // 1000)
+    return qos_class(pod.get("spec") or {})
 
 
 def node_memory_capacity() -> int:
@@ -258,6 +220,108 @@ def remove_pod_cgroups(cgroup_parent: str, cgroupfs_root: str = "/sys/fs/cgroup"
 # -- the emulator -----------------------------------------------------------------------------
 
 
+# -- what kubelet sends (pure) ----------------------------------------------------------------
+
+
+def sandbox_config_for(
+    pod: Pod,
+    uid: str | None = None,
+    attempt: int = 0,
+    *,
+    log_root: str | os.PathLike[str] = "/var/log/pods",
+    cgroup_driver: str = "cgroupfs",
+) -> api_pb2.PodSandboxConfig:
+    """The PodSandboxConfig kubelet derives from ``pod``."""
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "pod")
+    namespace = meta.get("namespace", "default")
+    uid = uid or meta.get("uid") or str(uuid.uuid4())
+    qos = pod_qos_class(pod)
+    labels = dict(meta.get("labels") or {})
+    labels.update({LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid})
+    spec = pod.get("spec") or {}
+    return api_pb2.PodSandboxConfig(
+        metadata=api_pb2.PodSandboxMetadata(
+            name=name, uid=uid, namespace=namespace, attempt=attempt
+        ),
+        log_directory=str(Path(log_root) / f"{namespace}_{name}_{uid}"),
+        labels=labels,
+        annotations=dict(meta.get("annotations") or {}),
+        linux=api_pb2.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent_for(qos, uid, cgroup_driver),
+            security_context=api_pb2.LinuxSandboxSecurityContext(
+                namespace_options=api_pb2.NamespaceOption(
+                    network=api_pb2.NODE,
+                    pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
+                    ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+                ),
+            ),
+        ),
+    )
+
+
+def container_config_for(
+    pod: Pod,
+    container: Container,
+    uid: str,
+    attempt: int = 0,
+    *,
+    memory_capacity: int | None = None,
+) -> api_pb2.ContainerConfig:
+    """The ContainerConfig kubelet derives for one (init) container of ``pod``."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    name = container["name"]
+    qos = pod_qos_class(pod)
+    envs = [
+        api_pb2.KeyValue(key=e["name"], value=str(e.get("value", "")))
+        for e in container.get("env") or []
+        if "valueFrom" not in e
+    ]
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    return api_pb2.ContainerConfig(
+        metadata=api_pb2.ContainerMetadata(name=name, attempt=attempt),
+        image=api_pb2.ImageSpec(image=container["image"], user_specified_image=container["image"]),
+        command=list(container.get("command") or []),
+        args=list(container.get("args") or []),
+        working_dir=container.get("workingDir", ""),
+        envs=envs,
+        labels={
+            LABEL_CONTAINER_NAME: name,
+            LABEL_POD_NAME: meta.get("name", "pod"),
+            LABEL_POD_NAMESPACE: meta.get("namespace", "default"),
+            LABEL_POD_UID: uid,
+        },
+        # Kubelet's own bookkeeping; pod annotations are NOT copied here.
+        annotations={
+            "io.kubernetes.container.hash": _container_hash(container),
+            "io.kubernetes.container.restartCount": str(attempt),
+            "io.kubernetes.container.terminationMessagePath": container.get(
+                "terminationMessagePath", "/dev/termination-log"
+            ),
+            "io.kubernetes.container.terminationMessagePolicy": container.get(
+                "terminationMessagePolicy", "File"
+            ),
+            "io.kubernetes.pod.terminationGracePeriod": str(grace),
+        },
+        log_path=f"{name}/{attempt}.log",
+        stdin=bool(container.get("stdin")),
+        stdin_once=bool(container.get("stdinOnce")),
+        tty=bool(container.get("tty")),
+        linux=api_pb2.LinuxContainerConfig(
+            resources=linux_resources(container, qos, memory_capacity),
+            security_context=api_pb2.LinuxContainerSecurityContext(
+                namespace_options=api_pb2.NamespaceOption(
+                    network=api_pb2.NODE,
+                    pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
+                    ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+                ),
+                privileged=bool((container.get("securityContext") or {}).get("privileged")),
+            ),
+        ),
+    )
+
+
 @dataclass
 class RunningPod:
     """A pod that the emulator started: what a test needs to find its containers."""
@@ -350,93 +414,16 @@ class KubeletEmulator:
         self, pod: Pod, uid: str | None = None, attempt: int = 0
     ) -> api_pb2.PodSandboxConfig:
         """The PodSandboxConfig kubelet derives from ``pod``."""
-        meta = pod.get("metadata") or {}
-        name = meta.get("name", "pod")
-        namespace = meta.get("namespace", "default")
-        uid = uid or meta.get("uid") or str(uuid.uuid4())
-        qos = pod_qos_class(pod)
-        labels = dict(meta.get("labels") or {})
-        labels.update({LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid})
-        spec = pod.get("spec") or {}
-        return api_pb2.PodSandboxConfig(
-            metadata=api_pb2.PodSandboxMetadata(
-                name=name, uid=uid, namespace=namespace, attempt=attempt
-            ),
-            log_directory=str(self.log_root / f"{namespace}_{name}_{uid}"),
-            labels=labels,
-            annotations=dict(meta.get("annotations") or {}),
-            linux=api_pb2.LinuxPodSandboxConfig(
-                cgroup_parent=cgroup_parent_for(qos, uid, self.cgroup_driver),
-                security_context=api_pb2.LinuxSandboxSecurityContext(
-                    namespace_options=api_pb2.NamespaceOption(
-                        network=api_pb2.NODE,
-                        pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
-                        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
-                    ),
-                ),
-            ),
+        return sandbox_config_for(
+            pod, uid, attempt, log_root=self.log_root, cgroup_driver=self.cgroup_driver
         )
 
     def container_config(
-        self,
-        pod: Pod,
-        container: Container,
-        uid: str,
-        attempt: int = 0,
+        self, pod: Pod, container: Container, uid: str, attempt: int = 0
     ) -> api_pb2.ContainerConfig:
         """The ContainerConfig kubelet derives for one (init) container of ``pod``."""
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        name = container["name"]
-        qos = pod_qos_class(pod)
-        envs = [
-            api_pb2.KeyValue(key=e["name"], value=str(e.get("value", "")))
-            for e in container.get("env") or []
-            if "valueFrom" not in e
-        ]
-        grace = spec.get("terminationGracePeriodSeconds", 30)
-        return api_pb2.ContainerConfig(
-            metadata=api_pb2.ContainerMetadata(name=name, attempt=attempt),
-            image=api_pb2.ImageSpec(
-                image=container["image"], user_specified_image=container["image"]
-            ),
-            command=list(container.get("command") or []),
-            args=list(container.get("args") or []),
-            working_dir=container.get("workingDir", ""),
-            envs=envs,
-            labels={
-                LABEL_CONTAINER_NAME: name,
-                LABEL_POD_NAME: meta.get("name", "pod"),
-                LABEL_POD_NAMESPACE: meta.get("namespace", "default"),
-                LABEL_POD_UID: uid,
-            },
-            # Kubelet's own bookkeeping; pod annotations are NOT copied here.
-            annotations={
-                "io.kubernetes.container.hash": _container_hash(container),
-                "io.kubernetes.container.restartCount": str(attempt),
-                "io.kubernetes.container.terminationMessagePath": container.get(
-                    "terminationMessagePath", "/dev/termination-log"
-                ),
-                "io.kubernetes.container.terminationMessagePolicy": container.get(
-                    "terminationMessagePolicy", "File"
-                ),
-                "io.kubernetes.pod.terminationGracePeriod": str(grace),
-            },
-            log_path=f"{name}/{attempt}.log",
-            stdin=bool(container.get("stdin")),
-            stdin_once=bool(container.get("stdinOnce")),
-            tty=bool(container.get("tty")),
-            linux=api_pb2.LinuxContainerConfig(
-                resources=linux_resources(container, qos, self.memory_capacity),
-                security_context=api_pb2.LinuxContainerSecurityContext(
-                    namespace_options=api_pb2.NamespaceOption(
-                        network=api_pb2.NODE,
-                        pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
-                        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
-                    ),
-                    privileged=bool((container.get("securityContext") or {}).get("privileged")),
-                ),
-            ),
+        return container_config_for(
+            pod, container, uid, attempt, memory_capacity=self.memory_capacity
         )
 
     def create_request(

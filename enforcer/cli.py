@@ -1,0 +1,105 @@
+"""`resource-enforcer`: run the relay, show its state, plan placements, check a configuration."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from enforcer.options import RunOptions
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="serve the CRI relay in front of the runtime")
+    d = RunOptions()
+    p.add_argument("--runtime-socket", default=d.runtime_socket, metavar="PATH")
+    p.add_argument(
+        "--image-socket", default=None, metavar="PATH", help="default: the runtime socket"
+    )
+    p.add_argument("--relay-socket", default=d.relay_socket, metavar="PATH")
+    p.add_argument("--state-dir", default=d.state_dir, metavar="DIR")
+    p.add_argument("--config", default=None, metavar="FILE", help="default: policy none")
+    p.add_argument("--sysfs-root", default=d.sysfs_root, metavar="DIR")
+    p.add_argument("--cgroupfs-root", default=d.cgroupfs_root, metavar="DIR")
+    p.add_argument("--resctrl-root", default=d.resctrl_root, metavar="DIR")
+    p.add_argument(
+        "--metrics-address",
+        default=d.metrics_address,
+        metavar="HOST:PORT",
+        help="empty: no metrics endpoint",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show the allocations of a running or stopped enforcer")
+    p.add_argument("--state-dir", default=RunOptions().state_dir, metavar="DIR")
+
+
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="place pods with the configured policy, without a node")
+    p.add_argument("--config", required=True, metavar="FILE")
+    p.add_argument("--sysfs-root", required=True, metavar="DIR")
+    p.add_argument("--pods", required=True, metavar="FILE")
+    p.add_argument("--format", default="json", choices=["json", "table"])
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check-config", help="validate a configuration file")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--sysfs-root", default=None, metavar="DIR")
+    p.add_argument("--resctrl-root", default=None, metavar="DIR")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="resource-enforcer",
+        description="Hardware-aware CPU, memory, RDT and block-I/O control for Kubernetes "
+        "containers, as a CRI relay between kubelet and the runtime.",
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_status, _add_plan, _add_check):
+        add(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "run":
+        logging.basicConfig(
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        options = RunOptions(
+            runtime_socket=args.runtime_socket,
+            image_socket=args.image_socket,
+            relay_socket=args.relay_socket,
+            state_dir=args.state_dir,
+            config=args.config,
+            sysfs_root=args.sysfs_root,
+            cgroupfs_root=args.cgroupfs_root,
+            resctrl_root=args.resctrl_root,
+            metrics_address=args.metrics_address,
+        )
+        from enforcer import daemon
+
+        return asyncio.run(daemon.run(options))
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    if args.command == "status":
+        from enforcer.commands.status import status
+
+        return status(args.state_dir)
+    if args.command == "plan":
+        from enforcer.commands.plan import plan_command
+
+        return plan_command(args.config, args.sysfs_root, args.pods, args.format)
+    from enforcer.commands.check_config import check_config
+
+    return check_config(args.file, sysfs_root=args.sysfs_root, resctrl_root=args.resctrl_root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The one-shot subcommands of `resource-enforcer` (status, plan, check-config)."""

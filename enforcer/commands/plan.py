@@ -1,0 +1,221 @@
+"""`resource-enforcer plan`: what the webhook and the relay would do with these pods.
+
+Each pod goes the way it would in a cluster: the webhook's annotation is computed, kubelet's
+CRI requests are derived from the manifest (the kubelet emulator's pure functions), and the
+relay's decoder and policy place every container, in file order. Nothing is started.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import yaml
+
+from enforcer.annotations import RESOURCES_KEY
+from enforcer.config import Config, ConfigError, load_config
+from enforcer.cri import api_pb2
+from enforcer.decode import ContainerRequest, DecodeError, decode_create_container
+from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
+from enforcer.engine.enforcer import class_settings
+from enforcer.policy import Placement, PlacementError, Policy, make_policy
+from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
+from enforcer.views import container_table, cpu_map
+
+Pod = Mapping[str, Any]
+
+
+class PlanInputError(ValueError):
+    pass
+
+
+@dataclass
+class _Planned:
+    namespace: str
+    pod: str
+    container: str
+    request: ContainerRequest | None = None
+    error: str | None = None
+    # Set for init containers that ran to completion: where they ran.
+    finished: Placement | None = None
+
+
+def load_pods(path: str) -> list[Pod]:
+    """Pods from multi-document YAML or a `kind: List`; anything else is refused by position."""
+    try:
+        with open(path) as f:
+            documents = [d for d in yaml.safe_load_all(f) if d is not None]
+    except OSError as exc:
+        raise PlanInputError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
+    pods: list[Pod] = []
+    for index, doc in enumerate(documents):
+        is_list = isinstance(doc, dict) and doc.get("kind") == "List"
+        items = doc.get("items") or [] if is_list else [doc]
+        for item_index, item in enumerate(items):
+            where = f"{path}: document {index}" + (f" items[{item_index}]" if is_list else "")
+            _check_pod(item, where)
+            pods.append(item)
+    return pods
+
+
+def _check_pod(item: Any, where: str) -> None:
+    if not isinstance(item, dict) or item.get("kind") != "Pod":
+        kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+        raise PlanInputError(f"{where}: kind: expected Pod, got {kind!r}")
+    if not isinstance((item.get("metadata") or {}).get("name"), str):
+        raise PlanInputError(f"{where}: metadata.name is missing")
+    spec = item.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list):
+        raise PlanInputError(f"{where}: spec.containers must be a list")
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise PlanInputError(f"{where}: spec.{field}[{i}].name is missing")
+
+
+def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
+    """The pod as the API server stores it after our webhook mutated it."""
+    from webhook.mutation import Denial, build_annotation
+    from webhook.mutation import Policy as WebhookPolicy
+
+    manifest = json.loads(json.dumps(pod))
+    metadata = manifest["metadata"]
+    namespace = metadata.setdefault("namespace", "default")
+    try:
+        value = build_annotation(
+            manifest, namespace=namespace, policy=WebhookPolicy.from_config(config)
+        )
+    except Denial as exc:
+        code = (
+            grpc.StatusCode.PERMISSION_DENIED
+            if exc.code == 403
+            else grpc.StatusCode.INVALID_ARGUMENT
+        )
+        raise DecodeError(code, f"denied at admission: {exc.message}") from None
+    metadata.setdefault("annotations", {})[RESOURCES_KEY] = value
+    return manifest
+
+
+def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_Planned]:
+    meta = pod["metadata"]
+    namespace = meta.get("namespace", "default")
+    uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{meta['name']}"))
+    spec = pod["spec"]
+    containers = [(c, True) for c in spec.get("initContainers") or []]
+    containers += [(c, False) for c in spec["containers"]]
+    planned = [_Planned(namespace, meta["name"], c["name"]) for c, _ in containers]
+    try:
+        manifest = _admitted_manifest(pod, config)
+    except DecodeError as exc:
+        for p in planned:
+            p.error = str(exc)
+        return planned
+    sandbox = sandbox_config_for(manifest, uid)
+    finished = []
+    for (container, init), p in zip(containers, planned, strict=True):
+        request = api_pb2.CreateContainerRequest(
+            pod_sandbox_id=uid,
+            config=container_config_for(manifest, container, uid, memory_capacity=memory),
+            sandbox_config=sandbox,
+        )
+        try:
+            p.request = decode_create_container(request, classes=class_settings(config))
+            policy.admit(p.request)
+        except (DecodeError, PlacementError) as exc:
+            p.request, p.error = None, str(exc)
+            continue
+        # Init containers run to completion before the app containers start; sidecars
+        # (restartPolicy Always) keep running beside them.
+        if init and container.get("restartPolicy") != "Always":
+            finished.append(p)
+    for p in finished:
+        assert p.request is not None
+        p.finished = policy.placement(p.request.key)
+        policy.release(p.request.key)
+    return planned
+
+
+def plan(config: Config, topology: Topology, pods: Iterable[Pod]) -> tuple[Policy, list[dict]]:
+    """The policy after every pod was admitted in order, and one row per container."""
+    policy = make_policy(topology, config.policy)
+    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 1 << 40
+    planned = [p for pod in pods for p in _place_pod(pod, config, policy, memory)]
+    all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
+    rows = []
+    for p in planned:
+        placement = p.finished
+        if placement is None and p.request is not None:
+            placement = policy.placement(p.request.key)
+        rows.append(_row(p, placement, topology.online, all_mems))
+    return policy, rows
+
+
+def _row(p: _Planned, placement: Placement | None, online: CPUSet, all_mems: CPUSet) -> dict:
+    row: dict[str, Any] = {
+        "namespace": p.namespace,
+        "pod": p.pod,
+        "container": p.container,
+        "qos": p.request.qos if p.request else None,
+        "cpus": None,
+        "mems": None,
+        "exclusiveCPUs": None,
+        "sharedCPUs": None,
+        "pool": None,
+        "rdtClass": p.request.rdt_class if p.request else None,
+        "blockioClass": p.request.blockio_class if p.request else None,
+        "error": p.error,
+    }
+    if placement is None or p.request is None:
+        return row
+    # A placement that leaves a value alone means the container inherits the node's.
+    cpus = placement.cpus if placement.cpus is not None else online
+    row.update(
+        cpus=str(cpus),
+        mems=str(placement.mems if placement.mems is not None else all_mems),
+        exclusiveCPUs=str(placement.exclusive),
+        sharedCPUs=str(cpus - placement.exclusive),
+        pool=placement.pool,
+    )
+    return row
+
+
+def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) -> int:
+    try:
+        config = load_config(config_path)
+        topology = read_topology(sysfs_root)
+        pods = load_pods(pods_path)
+        policy, rows = plan(config, topology, pods)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{config_path}: {problem}", file=sys.stderr)
+        return 1
+    except (TopologyError, PlanInputError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    from enforcer.engine import views_of
+    from enforcer.engine.ledger import Ledger
+
+    print(container_table(views_of(policy, Ledger())) if policy.admitted else "no containers")
+    errors = [r for r in rows if r["error"]]
+    for r in errors:
+        print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
+    print()
+    print(
+        cpu_map(
+            topology,
+            views_of(policy, Ledger()),
+            reserved=policy.reserved,
+            available=policy.available,
+        )
+    )
+    return 0

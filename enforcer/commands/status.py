@@ -1,0 +1,41 @@
+"""`resource-enforcer status`: the allocations recorded in a state folder, running or not."""
+
+from __future__ import annotations
+
+import sys
+
+from enforcer.config import PolicyConfig
+from enforcer.engine import Ledger, views_of
+from enforcer.policy import make_policy
+from enforcer.state import StateStore
+from enforcer.topology import Topology
+from enforcer.views import container_table, cpu_map
+
+
+def status(state_dir: str) -> int:
+    store = StateStore(state_dir)
+    try:
+        saved = store.load()
+    except OSError as exc:
+        print(f"cannot read {store.path}: {exc}", file=sys.stderr)
+        return 1
+    if saved is None:
+        print(
+            f"no state in {store.path}: the enforcer has not run with this --state-dir",
+            file=sys.stderr,
+        )
+        return 1
+    topology = Topology.from_dict(saved["topology"])
+    policy = make_policy(topology, PolicyConfig.model_validate(saved.get("policyConfig", {})))
+    policy.restore(saved.get("policy", {}))
+    rows = views_of(policy, Ledger.from_state(saved.get("containers", [])))
+    print(f"policy {policy.name}; {topology.describe()}")
+    print(
+        f"available {policy.available}; reserved {policy.reserved or 'none'}; "
+        f"exclusive {policy.taken or 'none'}"
+    )
+    print()
+    print(container_table(rows) if rows else "no containers")
+    print()
+    print(cpu_map(topology, rows, reserved=policy.reserved, available=policy.available))
+    return 0

@@ -1,0 +1,285 @@
+"""Decoding a CreateContainerRequest into a ContainerRequest.
+
+The annotations tell what the pod spec said; kubelet's CRI values tell what kubelet will
+enforce. The annotation is preferred (it keeps requests kubelet folds away, such as memory
+requests), but only while it agrees with the CRI values: a pod's author can write any
+annotation, kubelet's values they cannot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+import grpc
+
+from enforcer.annotations import (
+    RESOURCES_KEYS,
+    ClassAccess,
+    ClassRequest,
+    ClassRequestError,
+    PreferenceError,
+    ResourcesAnnotation,
+    ResourcesAnnotationError,
+    resolve_class,
+    resolve_preference,
+    validate_class_annotations,
+    validate_preference_annotations,
+)
+from enforcer.cri import api_pb2
+from enforcer.decode.kubelet import (
+    MIN_SHARES,
+    QUOTA_PERIOD,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
+from enforcer.qos import QoSClass, parse_quantity, qos_from_cgroup_parent
+
+DEFAULT_PERIOD = QUOTA_PERIOD
+
+
+@dataclass(frozen=True)
+class Preferences:
+    isolated: bool | None = None
+    shared: bool | None = None
+    reserved: bool | None = None
+    preserve: bool | None = None
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """What one container asked for, whichever way we learnt it."""
+
+    pod_uid: str
+    pod_name: str
+    namespace: str
+    container: str
+    qos: QoSClass
+    cpu_request_milli: int = 0
+    cpu_limit_milli: int = 0  # 0: no limit
+    memory_request: int = 0
+    memory_limit: int = 0  # 0: no limit
+    attempt: int = 0
+    source: str = "cri"  # the annotation key the numbers came from, or "cri"
+    preferences: Preferences = field(default_factory=Preferences)
+    rdt_class: str | None = None
+    blockio_class: str | None = None
+    # What kubelet asked for; `cpu.preserve` keeps it.
+    kubelet_cpus: str = ""
+    kubelet_mems: str = ""
+
+    @property
+    def key(self) -> str:
+        """Stable across CreateContainer retries: the runtime's id is not known until it answers."""
+        return f"{self.pod_uid}/{self.container}"
+
+    @property
+    def exclusive_cpus(self) -> int:
+        """Whole CPUs a Guaranteed container may have for itself (0 when not eligible)."""
+        if self.qos != "Guaranteed" or self.cpu_request_milli % 1000:
+            return 0
+        return self.cpu_request_milli // 1000
+
+
+class DecodeError(ValueError):
+    """A request that must be refused; `code` is the gRPC status to answer with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ClassSettings:
+    """What the configuration says about classes; `None` configured means no check."""
+
+    rdt: Collection[str] | None = None
+    blockio: Collection[str] | None = None
+    access: ClassAccess = field(default_factory=ClassAccess)
+
+
+def _milli(value: str) -> int:
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def _bytes(value: str) -> int:
+    return math.ceil(parse_quantity(value))
+
+
+def _estimate_from_cri(res: api_pb2.LinuxContainerResources) -> dict[str, int]:
+    """Requests and limits as kubelet derived them, inverted."""
+    period = res.cpu_period or DEFAULT_PERIOD
+    cpu_limit = math.ceil(res.cpu_quota * 1000 / period) if res.cpu_quota > 0 else 0
+    # The smallest milli-CPU giving these shares; the minimum (BestEffort's) means no request.
+    cpu_request = 0 if res.cpu_shares <= MIN_SHARES else math.ceil(res.cpu_shares * 1000 / 1024)
+    memory_limit = max(res.memory_limit_in_bytes, 0)
+    # CRI carries no memory request; a container whose CPU request equals its limit is taken
+    # to be Guaranteed, whose memory request equals its limit.
+    guaranteed = (
+        cpu_limit > 0 and memory_limit > 0 and milli_cpu_to_shares(cpu_limit) == res.cpu_shares
+    )
+    return {
+        "cpu_request_milli": cpu_request,
+        "cpu_limit_milli": cpu_limit,
+        "memory_limit": memory_limit,
+        "memory_request": memory_limit if guaranteed else 0,
+    }
+
+
+def _from_annotation(
+    entry: Mapping[str, Mapping[str, str]],
+) -> dict[str, int]:
+    requests, limits = entry["requests"], entry["limits"]
+    cpu_limit = _milli(limits["cpu"]) if "cpu" in limits else 0
+    mem_limit = _bytes(limits["memory"]) if "memory" in limits else 0
+    # The API server defaults a missing request to the limit.
+    cpu_request = _milli(requests["cpu"]) if "cpu" in requests else cpu_limit
+    mem_request = _bytes(requests["memory"]) if "memory" in requests else mem_limit
+    return {
+        "cpu_request_milli": cpu_request,
+        "cpu_limit_milli": cpu_limit,
+        "memory_limit": mem_limit,
+        "memory_request": mem_request,
+    }
+
+
+def _contradiction(numbers: Mapping[str, int], res: api_pb2.LinuxContainerResources) -> str | None:
+    """How the annotation's numbers disagree with kubelet's, or None."""
+    period = res.cpu_period or DEFAULT_PERIOD
+    expected = {
+        "cpu_shares": milli_cpu_to_shares(numbers["cpu_request_milli"]),
+        "cpu_quota": milli_cpu_to_quota(numbers["cpu_limit_milli"], period),
+        "memory_limit_in_bytes": numbers["memory_limit"],
+    }
+    actual = {
+        "cpu_shares": res.cpu_shares,
+        "cpu_quota": max(res.cpu_quota, 0),
+        "memory_limit_in_bytes": max(res.memory_limit_in_bytes, 0),
+    }
+    wrong = [
+        f"{k} {actual[k]} (annotation implies {v})" for k, v in expected.items() if actual[k] != v
+    ]
+    return ", ".join(wrong) or None
+
+
+def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
+    # Only used when the cgroup parent is not kubelet's; judges this container alone.
+    cpu_r, cpu_l = numbers["cpu_request_milli"], numbers["cpu_limit_milli"]
+    mem_r, mem_l = numbers["memory_request"], numbers["memory_limit"]
+    if not any((cpu_r, cpu_l, mem_r, mem_l)):
+        return "BestEffort"
+    if cpu_l and mem_l and cpu_r == cpu_l and mem_r == mem_l:
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _resources_entry(
+    annotations: Mapping[str, str], container: str, warn: Callable[[str], None], pod: str
+) -> tuple[str, dict[str, int]] | None:
+    for key in RESOURCES_KEYS:
+        if key not in annotations:
+            continue
+        try:
+            parsed = ResourcesAnnotation.parse(annotations[key], key=key)
+        except ResourcesAnnotationError as exc:
+            warn(f"pod {pod}: ignoring {exc}")
+            return None
+        entry = parsed.get(container)
+        if entry is None:
+            warn(f'pod {pod}: annotation "{key}" has no entry for container {container}')
+            return None
+        try:
+            return key, _from_annotation({"requests": entry.requests, "limits": entry.limits})
+        except (ValueError, ArithmeticError) as exc:
+            warn(f'pod {pod}: annotation "{key}" container {container}: bad quantity: {exc}')
+            return None
+    return None
+
+
+def decode_create_container(
+    request: api_pb2.CreateContainerRequest,
+    *,
+    classes: ClassSettings | None = None,
+    warn: Callable[[str], None] = lambda _msg: None,
+) -> ContainerRequest:
+    """The ContainerRequest of a CreateContainer call; DecodeError when it must be refused."""
+    classes = classes or ClassSettings()
+    sandbox = request.sandbox_config
+    config = request.config
+    meta = sandbox.metadata
+    name = config.metadata.name
+    if not name:
+        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, "config.metadata.name is empty")
+    pod = f"{meta.namespace}/{meta.name}"
+    annotations = dict(sandbox.annotations)
+    res = config.linux.resources
+
+    try:
+        validate_class_annotations(annotations)
+        validate_preference_annotations(annotations)
+    except ClassRequestError as exc:
+        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, f"pod {pod}: {exc}") from None
+    except PreferenceError as exc:
+        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, f"pod {pod}: {exc}") from None
+
+    parent_qos = qos_from_cgroup_parent(sandbox.linux.cgroup_parent)
+    found = _resources_entry(annotations, name, warn, pod)
+    source = "cri"
+    if found is not None:
+        key, numbers = found
+        contradiction = _contradiction(numbers, res)
+        if contradiction:
+            warn(
+                f'pod {pod} container {name}: annotation "{key}" contradicts the CRI request: '
+                f"{contradiction}; using the CRI values"
+            )
+        else:
+            source = key
+    qos: QoSClass
+    if source == "cri":
+        numbers = _estimate_from_cri(res)
+    qos = parent_qos or _qos_from_numbers(numbers)
+
+    def _class(kind: str, configured: Collection[str] | None) -> ClassRequest | None:
+        try:
+            return resolve_class(
+                annotations,
+                kind,
+                name,
+                qos=qos,
+                namespace=meta.namespace,  # type: ignore[arg-type]
+                configured=configured,
+                access=classes.access,
+            )
+        except ClassRequestError as exc:
+            code = (
+                grpc.StatusCode.PERMISSION_DENIED
+                if exc.permission_denied
+                else grpc.StatusCode.INVALID_ARGUMENT
+            )
+            raise DecodeError(code, f"pod {pod}: {exc}") from None
+
+    rdt = _class("rdt", classes.rdt)
+    blockio = _class("blockio", classes.blockio)
+    prefs = Preferences(
+        isolated=resolve_preference(annotations, "prefer-isolated-cpus", name),
+        shared=resolve_preference(annotations, "prefer-shared-cpus", name),
+        reserved=resolve_preference(annotations, "prefer-reserved-cpus", name),
+        preserve=resolve_preference(annotations, "cpu.preserve", name),
+    )
+    return ContainerRequest(
+        pod_uid=meta.uid,
+        pod_name=meta.name,
+        namespace=meta.namespace,
+        container=name,
+        qos=qos,
+        attempt=config.metadata.attempt,
+        source=source,
+        preferences=prefs,
+        rdt_class=rdt.name if rdt else None,
+        blockio_class=blockio.name if blockio else None,
+        kubelet_cpus=res.cpuset_cpus,
+        kubelet_mems=res.cpuset_mems,
+        **numbers,
+    )

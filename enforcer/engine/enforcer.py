@@ -1,0 +1,380 @@
+"""The enforcer's core loop, one CRI event at a time:
+
+CRI request -> decoded ContainerRequest -> policy decision -> applied (the request rewritten,
+other containers re-pinned) -> state persisted.
+
+Every method runs on one worker thread (see enforcer.relay.service), so the policy, the
+ledger and the state file change in one order and need no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from enforcer.config import Config
+from enforcer.cri import api_pb2
+from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_create_container
+from enforcer.engine.ledger import Ledger, Tracked
+from enforcer.policy import Placement, PlacementError, Policy, make_policy
+from enforcer.runtime import RuntimeClient, RuntimeContainer
+from enforcer.state import StateStore
+from enforcer.topology import CPUSet, Topology
+
+log = logging.getLogger(__name__)
+
+
+class Refused(Exception):
+    """A CRI call the enforcer answers itself with `code` instead of passing it on."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One row of `status`."""
+
+    key: str
+    namespace: str
+    pod: str
+    container: str
+    container_id: str | None
+    qos: str
+    kind: str
+    pool: str
+    cpus: str | None
+    mems: str | None
+    exclusive: str
+    rdt_class: str | None
+    blockio_class: str | None
+
+
+def class_settings(config: Config) -> ClassSettings:
+    return ClassSettings(
+        rdt=config.configured_classes("rdt"),
+        blockio=config.configured_classes("blockio"),
+        access=config.class_access(),
+    )
+
+
+class Enforcer:
+    def __init__(
+        self,
+        *,
+        topology: Topology,
+        config: Config,
+        store: StateStore,
+        runtime: RuntimeClient,
+    ) -> None:
+        self.topology = topology
+        self.config = config
+        self.store = store
+        self.runtime = runtime
+        self.policy: Policy = make_policy(topology, config.policy)
+        self.classes = class_settings(config)
+        self.ledger = Ledger()
+        # Counts container bindings, so a listing can tell which containers it could have seen.
+        self.sequence = 0
+        # Keys admitted by an earlier process that never learnt their container id.
+        self._unbound_before_restart: set[str] = set()
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def persist(self, *, durable: bool = False) -> None:
+        self.store.save(
+            {
+                "topology": self.topology.to_dict(),
+                "policyConfig": self.config.policy.model_dump(),
+                "policy": self.policy.to_state(),
+                "containers": self.ledger.to_state(),
+            },
+            durable=durable,
+        )
+
+    # -- CRI events --------------------------------------------------------------------------
+
+    def create_container(self, request: api_pb2.CreateContainerRequest) -> str:
+        """Admits the container and rewrites `request` in place; returns the policy key.
+
+        Raises Refused when the container must not be created.
+        """
+        try:
+            wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+        except DecodeError as exc:
+            raise Refused(exc.code, str(exc)) from None
+        try:
+            placement = self.policy.admit(wanted)
+        except PlacementError as exc:
+            raise Refused(exc.code, str(exc)) from None
+        resources = request.config.linux.resources
+        _pin(resources, placement)
+        tracked = Tracked(key=wanted.key, sandbox_id=request.pod_sandbox_id)
+        tracked.set_resources(resources)
+        tracked.applied_cpus, tracked.applied_mems = resources.cpuset_cpus, resources.cpuset_mems
+        self.ledger.by_key[wanted.key] = tracked
+        # Durable before the runtime hears of it: after a crash the CPUs are still known taken.
+        self.persist(durable=True)
+        log.info(
+            "admitted %s/%s container %s: %s cpus=%s mems=%s (from %s)",
+            wanted.namespace,
+            wanted.pod_name,
+            wanted.container,
+            placement.kind,
+            placement.cpus,
+            placement.mems,
+            wanted.source,
+        )
+        return wanted.key
+
+    def container_created(self, key: str, container_id: str) -> None:
+        tracked = self.ledger.by_key.get(key)
+        if tracked is None:
+            return
+        tracked.container_id = container_id
+        self.sequence += 1
+        tracked.bound_at = self.sequence
+        self.repin()
+        self.persist()
+
+    def create_failed(self, key: str, details: str) -> None:
+        tracked = self.ledger.by_key.get(key)
+        if tracked is not None and tracked.container_id is None:
+            self._release([tracked], f"the runtime refused to create it: {details}")
+
+    def container_started(self, container_id: str) -> None:
+        tracked = self.ledger.by_container(container_id)
+        if tracked is not None:
+            tracked.started = True
+
+    def container_gone(self, container_id: str, why: str) -> None:
+        tracked = self.ledger.by_container(container_id)
+        if tracked is not None:
+            self._release([tracked], why)
+
+    def sandbox_gone(self, sandbox_id: str, why: str) -> None:
+        self._release(self.ledger.of_sandbox(sandbox_id), why)
+
+    def observed(
+        self, containers: Iterable[api_pb2.Container], *, complete: bool, asked_at: int
+    ) -> None:
+        """A ListContainers answer: release containers that exited, or that vanished from a
+        complete (unfiltered) listing asked for after they were created (`asked_at`)."""
+        seen = {}
+        for c in containers:
+            seen[c.id] = c.state
+        gone = []
+        for tracked in self.ledger.by_key.values():
+            if tracked.container_id is None:
+                continue
+            state = seen.get(tracked.container_id)
+            vanished = complete and state is None and tracked.bound_at <= asked_at
+            if state == api_pb2.CONTAINER_EXITED or vanished:
+                gone.append(tracked)
+        if gone:
+            self._release(gone, "it exited or vanished")
+
+    def update_resources(self, request: api_pb2.UpdateContainerResourcesRequest) -> None:
+        """kubelet's own update: its limits apply, our pinning stays."""
+        tracked = self.ledger.by_container(request.container_id)
+        if tracked is None or not request.HasField("linux"):
+            return
+        placement = self.policy.placement(tracked.key)
+        _pin(request.linux, placement)
+        tracked.set_resources(request.linux)
+        self.persist()
+
+    # -- applying ----------------------------------------------------------------------------
+
+    def _release(self, tracked: list[Tracked], why: str) -> None:
+        if not tracked:
+            return
+        for t in tracked:
+            admitted = self.policy.release(t.key)
+            self.ledger.by_key.pop(t.key, None)
+            if admitted is not None:
+                req = admitted.request
+                log.info(
+                    "released %s/%s container %s (%s): %s",
+                    req.namespace,
+                    req.pod_name,
+                    req.container,
+                    t.container_id or "not created",
+                    why,
+                )
+        self.repin()
+        self.persist()
+
+    def repin(self) -> None:
+        """Brings every live container to its current placement (shared pools move)."""
+        for tracked in list(self.ledger.by_key.values()):
+            if tracked.container_id is None:
+                continue
+            placement = self.policy.placement(tracked.key)
+            cpus = None if placement.cpus is None else str(placement.cpus)
+            mems = None if placement.mems is None else str(placement.mems)
+            if (cpus is None or cpus == tracked.applied_cpus) and (
+                mems is None or mems == tracked.applied_mems
+            ):
+                continue
+            resources = tracked.linux_resources()
+            _pin(resources, placement)
+            try:
+                self.runtime.update_resources(tracked.container_id, resources)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self.policy.release(tracked.key)
+                    self.ledger.by_key.pop(tracked.key, None)
+                    log.info("container %s vanished; released", tracked.container_id)
+                    continue
+                log.warning(
+                    "re-pinning container %s to cpus=%s mems=%s failed: %s",
+                    tracked.container_id,
+                    cpus,
+                    mems,
+                    exc.details(),
+                )
+                continue
+            tracked.set_resources(resources)
+            tracked.applied_cpus, tracked.applied_mems = (
+                resources.cpuset_cpus,
+                resources.cpuset_mems,
+            )
+            log.info("re-pinned container %s to cpus=%s mems=%s", tracked.container_id, cpus, mems)
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def restore_saved(self) -> None:
+        """Loads the saved state, before anything else: the CPUs it lists stay taken even
+        while the runtime cannot be asked which containers are still alive."""
+        saved = self.store.load()
+        if saved is None:
+            return
+        for problem in self.policy.restore(saved.get("policy", {})):
+            log.warning("after the restart, cannot place %s", problem)
+        self.ledger = Ledger.from_state(saved.get("containers", []))
+        for key in list(self.ledger.by_key):
+            if key not in self.policy.admitted:
+                self.ledger.by_key.pop(key)
+            else:
+                self.ledger.by_key[key].bound_at = 0  # the sequence restarts with this process
+        self._unbound_before_restart = {
+            key for key, t in self.ledger.by_key.items() if t.container_id is None
+        }
+
+    def reconcile(self) -> None:
+        """Brings the state in line with the runtime: after a restart, a crash or a lost state.
+
+        Saved containers still alive keep their CPUs; dead ones are released; live containers
+        the state does not know are admitted from their recorded configuration, keeping the
+        CPUs they run on when those are free. Raises grpc.RpcError when the runtime is away.
+        """
+        live = {c.id: c for c in self.runtime.list_containers() if c.alive}
+        by_label = {_label_key(c): c for c in live.values() if _label_key(c)}
+        for key in list(self.ledger.by_key):
+            tracked = self.ledger.by_key[key]
+            if tracked.container_id is None:
+                if key not in self._unbound_before_restart:
+                    continue  # this process is creating it right now
+                # Admitted, then killed before the runtime's answer: did it get created?
+                found = by_label.get(key)
+                if found is not None:
+                    tracked.container_id = found.id
+            if tracked.container_id not in live:
+                self.policy.release(key)
+                self.ledger.by_key.pop(key)
+        known = {t.container_id for t in self.ledger.by_key.values()}
+        for container in live.values():
+            if container.id not in known:
+                self._adopt(container)
+        self._unbound_before_restart.clear()
+        self.repin()
+        self.persist(durable=True)
+        log.info("reconciled with the runtime: %d containers tracked", len(self.ledger.by_key))
+
+    def _adopt(self, container: RuntimeContainer) -> None:
+        """Admits a running container the state does not know, from its recorded config."""
+        try:
+            sandbox = self.runtime.sandbox_config(container.sandbox_id)
+            config, spec = self.runtime.container_config(container.id)
+        except grpc.RpcError as exc:
+            log.warning("cannot read container %s's configuration: %s", container.id, exc.details())
+            return
+        if sandbox is None or config is None:
+            log.warning("container %s has no recorded configuration; not tracked", container.id)
+            return
+        request = api_pb2.CreateContainerRequest(
+            pod_sandbox_id=container.sandbox_id, config=config, sandbox_config=sandbox
+        )
+        current = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
+        running_on = CPUSet.parse(current.get("cpus", "") or "")
+        try:
+            wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+            placement = self.policy.admit(wanted, keep=running_on or None)
+        except (DecodeError, PlacementError) as exc:
+            log.warning("running container %s cannot be placed: %s", container.id, exc)
+            return
+        tracked = Tracked(
+            key=wanted.key, sandbox_id=container.sandbox_id, container_id=container.id
+        )
+        resources = request.config.linux.resources
+        tracked.set_resources(resources)
+        tracked.applied_cpus = str(running_on) if running_on else None
+        tracked.applied_mems = current.get("mems") or None
+        tracked.started = container.state == api_pb2.CONTAINER_RUNNING
+        self.ledger.by_key[wanted.key] = tracked
+        log.info("adopted running container %s as %s: %s", container.id, wanted.key, placement.kind)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def views(self) -> list[ContainerView]:
+        return views_of(self.policy, self.ledger)
+
+
+def views_of(policy: Policy, ledger: Ledger) -> list[ContainerView]:
+    rows = []
+    for key, admitted in policy.admitted.items():
+        req: ContainerRequest = admitted.request
+        placement = policy.placement(key)
+        tracked = ledger.by_key.get(key)
+        rows.append(
+            ContainerView(
+                key=key,
+                namespace=req.namespace,
+                pod=req.pod_name,
+                container=req.container,
+                container_id=tracked.container_id if tracked else None,
+                qos=req.qos,
+                kind=placement.kind,
+                pool=placement.pool,
+                cpus=str(placement.cpus)
+                if placement.cpus is not None
+                else (tracked.applied_cpus if tracked else None),
+                mems=str(placement.mems)
+                if placement.mems is not None
+                else (tracked.applied_mems if tracked else None),
+                exclusive=str(placement.exclusive),
+                rdt_class=req.rdt_class,
+                blockio_class=req.blockio_class,
+            )
+        )
+    return rows
+
+
+def _label_key(container: RuntimeContainer) -> str | None:
+    uid = container.labels.get("io.kubernetes.pod.uid")
+    return f"{uid}/{container.name}" if uid else None
+
+
+def _pin(resources: api_pb2.LinuxContainerResources, placement: Placement) -> None:
+    if placement.cpus is not None:
+        resources.cpuset_cpus = str(placement.cpus)
+    if placement.mems is not None:
+        resources.cpuset_mems = str(placement.mems)
+
+
+__all__ = ["ContainerView", "Enforcer", "Refused", "views_of"]

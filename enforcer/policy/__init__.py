@@ -1,0 +1,32 @@
+"""Policies: from a ContainerRequest to a Placement. Pure code, shared by the relay and `plan`."""
+
+from enforcer.config import PolicyConfig
+from enforcer.policy.base import Policy, resolve_cpu_sets
+from enforcer.policy.model import Admitted, Placement, PlacementError
+from enforcer.policy.none import NonePolicy
+from enforcer.policy.static import StaticPolicy
+from enforcer.topology import Topology
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (NonePolicy, StaticPolicy)}
+
+
+def make_policy(topology: Topology, config: PolicyConfig) -> Policy:
+    """The configured policy; ConfigError when its CPU sets do not fit the machine."""
+    try:
+        cls = POLICIES[config.name]
+    except KeyError:
+        raise NotImplementedError(f"policy {config.name!r} is not implemented yet") from None
+    return cls(topology, config)
+
+
+__all__ = [
+    "POLICIES",
+    "Admitted",
+    "NonePolicy",
+    "Placement",
+    "PlacementError",
+    "Policy",
+    "StaticPolicy",
+    "make_policy",
+    "resolve_cpu_sets",
+]

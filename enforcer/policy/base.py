@@ -1,0 +1,107 @@
+"""What every policy does: admit, release, and say where each admitted container runs.
+
+Policies are plain Python over plain data: no files, no sockets, no runtime. The relay and
+`resource-enforcer plan` drive the very same objects.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from enforcer.config import ConfigError, PolicyConfig
+from enforcer.config.model import reserved_is_quantity
+from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
+from enforcer.decode import ContainerRequest
+from enforcer.policy.model import Admitted, Placement
+from enforcer.qos import parse_quantity
+from enforcer.topology import CPUSet, Topology
+
+
+def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, CPUSet]:
+    """(available, reserved) CPUs; ConfigError naming the key when they do not fit the machine."""
+    online = topology.online
+    available = online
+    if config.availableCPUs is not None:
+        available = CPUSet.parse(config.availableCPUs)
+        if missing := available - online:
+            raise ConfigError(
+                [f"policy.availableCPUs: CPUs {missing} are not online on this machine "
+                 f"(online: {online})"]
+            )
+    value = config.reservedCPUs
+    if value is None:
+        return available, CPUSet()
+    if reserved_is_quantity(value):
+        count = math.ceil(parse_quantity(value))  # a fraction of a CPU still reserves a CPU
+        try:
+            reserved = allocate_cpus(topology, available, count) if count else CPUSet()
+        except NotEnoughCPUs:
+            raise ConfigError(
+                [f"policy.reservedCPUs: {value} CPUs do not fit in the {len(available)} "
+                 f"available CPUs ({available})"]
+            ) from None
+        return available, reserved
+    reserved = CPUSet.parse(str(value))
+    if outside := reserved - available:
+        raise ConfigError(
+            [f"policy.reservedCPUs: CPUs {outside} are not available on this machine "
+             f"(available: {available})"]
+        )
+    return available, reserved
+
+
+class Policy(ABC):
+    """A policy's state is `admitted`: a key (pod uid/container) -> Admitted entry."""
+
+    name: ClassVar[str]
+
+    def __init__(self, topology: Topology, config: PolicyConfig) -> None:
+        self.topology = topology
+        self.config = config
+        self.available, self.reserved = resolve_cpu_sets(topology, config)
+        self.admitted: dict[str, Admitted] = {}
+
+    @abstractmethod
+    def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
+        """Admits request (replacing an entry of the same key) and returns its placement.
+
+        `keep`: CPUs the container already runs on (restart, reconfiguration); the policy
+        keeps them when it can, so a running container does not move.
+        Raises PlacementError when the container cannot be placed.
+        """
+
+    @abstractmethod
+    def placement(self, key: str) -> Placement:
+        """Where an admitted container runs now (shared pools change as others come and go)."""
+
+    def release(self, key: str) -> Admitted | None:
+        return self.admitted.pop(key, None)
+
+    def placements(self) -> dict[str, Placement]:
+        return {key: self.placement(key) for key in self.admitted}
+
+    @property
+    def taken(self) -> CPUSet:
+        """CPUs held exclusively by some container."""
+        return CPUSet().union(*(a.exclusive for a in self.admitted.values()))
+
+    def to_state(self) -> dict[str, Any]:
+        return {"policy": self.name, "admitted": [a.to_dict() for a in self.admitted.values()]}
+
+    def restore(self, state: Mapping[str, Any]) -> list[str]:
+        """Re-admits a saved state's containers in their order, keeping their CPUs.
+
+        Returns messages for entries that no longer fit (reconfigured machine or policy).
+        """
+        problems = []
+        for data in state.get("admitted", []):
+            entry = Admitted.from_dict(data)
+            try:
+                self.admit(entry.request, keep=entry.exclusive or None)
+            except Exception as exc:  # reported, never fatal at start-up
+                problems.append(f"{entry.request.namespace}/{entry.request.pod_name}/"
+                                f"{entry.request.container}: {exc}")
+        return problems

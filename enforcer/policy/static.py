@@ -1,0 +1,67 @@
+"""kubelet's CPU manager static policy, done right.
+
+Guaranteed containers with a whole-CPU request get CPUs of their own, taken along the
+topology; every other container runs on the shared pool: all available CPUs that nobody
+holds, reserved ones included.
+"""
+
+from __future__ import annotations
+
+from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
+from enforcer.decode import ContainerRequest
+from enforcer.policy.base import Policy
+from enforcer.policy.model import Admitted, Placement, PlacementError
+from enforcer.topology import CPUSet
+
+
+class StaticPolicy(Policy):
+    name = "static"
+
+    @property
+    def shared_pool(self) -> CPUSet:
+        return self.available - self.taken
+
+    def _exclusive_free(self) -> CPUSet:
+        free = self.available - self.reserved - self.taken
+        if not self.reserved and free:
+            # The shared pool must never be empty: without reserved CPUs keep one back.
+            free = free - CPUSet.of(max(free))
+        return free
+
+    def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
+        previous = self.release(request.key)
+        if request.preferences.preserve:
+            entry = Admitted(request, "preserved")
+        elif count := request.exclusive_cpus:
+            entry = Admitted(request, "exclusive", self._take(request, count, keep, previous))
+        else:
+            entry = Admitted(request, "shared", pool="shared")
+        self.admitted[request.key] = entry
+        return self.placement(request.key)
+
+    def _take(
+        self, request: ContainerRequest, count: int, keep: CPUSet | None, previous: Admitted | None
+    ) -> CPUSet:
+        free = self._exclusive_free()
+        for wanted in (keep, previous.exclusive if previous else None):
+            if wanted and len(wanted) == count and wanted <= free:
+                return wanted
+        try:
+            return allocate_cpus(self.topology, free, count)
+        except NotEnoughCPUs:
+            if previous is not None:
+                self.admitted[request.key] = previous
+            raise PlacementError(
+                f"pod {request.namespace}/{request.pod_name} container {request.container}: "
+                f"asked for {count} exclusive CPUs, {len(free)} free"
+                + (f" ({free})" if free else "")
+                + f"; shared pool {self.shared_pool}, reserved {self.reserved or 'none'}"
+            ) from None
+
+    def placement(self, key: str) -> Placement:
+        entry = self.admitted[key]
+        if entry.kind == "preserved":
+            return Placement(None, None, CPUSet(), "preserved", "none")
+        if entry.kind == "exclusive":
+            return Placement(entry.exclusive, None, entry.exclusive, "exclusive", "exclusive")
+        return Placement(self.shared_pool, None, CPUSet(), "shared", "shared")

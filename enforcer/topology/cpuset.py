@@ -1,0 +1,134 @@
+"""CPUSet: an immutable set of CPU (or memory node) ids in the Linux list format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+# Linux supports at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; leave generous headroom.
+MAX_ID = 65535
+
+
+class CPUSet(frozenset[int]):
+    """An immutable set of non-negative ids, printed as a Linux list ("0-3,8,10-11").
+
+    Set operations return CPUSet (not plain frozenset) so results keep printing in list format.
+    The same type serves for memory node sets (cpuset.mems uses the same format).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, ids: Iterable[int] = ()) -> CPUSet:
+        self = super().__new__(cls, ids)
+        for cpu in self:
+            # bool is an int, but True/False as CPU ids is always a bug upstream.
+            if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0:
+                raise ValueError(f"invalid CPU id {cpu!r}: must be a non-negative integer")
+        return self
+
+    @classmethod
+    def of(cls, *ids: int) -> CPUSet:
+        return cls(ids)
+
+    @classmethod
+    def parse(cls, text: str) -> CPUSet:
+        """Parse the Linux list format; surrounding whitespace and newlines are tolerated."""
+        stripped = text.strip()
+        if not stripped:
+            return _EMPTY
+        ids: list[int] = []
+        for item in stripped.split(","):
+            ids.extend(_parse_item(item.strip(), text))
+        return cls(ids)
+
+    def sorted(self) -> list[int]:
+        return sorted(self)
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """Maximal runs of consecutive ids as inclusive (first, last) pairs, ascending."""
+        it = iter(sorted(self))
+        try:
+            first = last = next(it)
+        except StopIteration:
+            return
+        for cpu in it:
+            if cpu != last + 1:
+                yield first, last
+                first = cpu
+            last = cpu
+        yield first, last
+
+    def __str__(self) -> str:
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
+
+    def __repr__(self) -> str:
+        return f"CPUSet({str(self)!r})"
+
+    # frozenset's operators build a plain frozenset; wrap them so the type survives.
+    def __or__(self, other: Any) -> CPUSet:
+        return _wrap(frozenset.__or__(self, other))
+
+    def __and__(self, other: Any) -> CPUSet:
+        return _wrap(frozenset.__and__(self, other))
+
+    def __sub__(self, other: Any) -> CPUSet:
+        return _wrap(frozenset.__sub__(self, other))
+
+    def __xor__(self, other: Any) -> CPUSet:
+        return _wrap(frozenset.__xor__(self, other))
+
+    __ror__ = __or__
+    __rand__ = __and__
+    __rxor__ = __xor__
+
+    def __rsub__(self, other: Any) -> CPUSet:
+        return _wrap(frozenset.__rsub__(self, other))
+
+    def union(self, *others: Iterable[int]) -> CPUSet:
+        return CPUSet(frozenset.union(self, *others))
+
+    def intersection(self, *others: Iterable[int]) -> CPUSet:
+        return CPUSet(frozenset.intersection(self, *others))
+
+    def difference(self, *others: Iterable[int]) -> CPUSet:
+        return CPUSet(frozenset.difference(self, *others))
+
+    def symmetric_difference(self, other: Iterable[int]) -> CPUSet:
+        return CPUSet(frozenset.symmetric_difference(self, other))
+
+    def copy(self) -> CPUSet:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CPUSet, (sorted(self),))
+
+
+def _wrap(result: Any) -> Any:
+    # NotImplemented must pass through so Python can try the reflected operation.
+    if result is NotImplemented:
+        return result
+    return CPUSet(result)
+
+
+def _parse_item(item: str, text: str) -> range:
+    first, sep, last = item.partition("-")
+    lo = _parse_id(first, text)
+    hi = _parse_id(last, text) if sep else lo
+    if lo > hi:
+        raise ValueError(f"invalid CPU list {text!r}: range {item!r} is reversed")
+    return range(lo, hi + 1)
+
+
+def _parse_id(token: str, text: str) -> int:
+    token = token.strip()
+    # str.isdigit accepts other scripts' digits; the kernel only writes ASCII.
+    if not token or not token.isascii() or not token.isdigit():
+        raise ValueError(f"invalid CPU list {text!r}: {token!r} is not a CPU id")
+    value = int(token)
+    # A typo such as "0-999999999" must not make us build a billion-element set.
+    if value > MAX_ID:
+        raise ValueError(f"invalid CPU list {text!r}: {value} is above the limit {MAX_ID}")
+    return value
+
+
+_EMPTY = frozenset.__new__(CPUSet)

@@ -1,0 +1,85 @@
+"""Text views for operators: container rows and the CPU map (pure: data in, text out)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from enforcer.engine import ContainerView
+from enforcer.topology import CPUSet, Topology
+
+
+def container_table(rows: Sequence[ContainerView]) -> str:
+    header = (
+        "NAMESPACE",
+        "POD",
+        "CONTAINER",
+        "QOS",
+        "KIND",
+        "POOL",
+        "CPUS",
+        "MEMS",
+        "RDT",
+        "BLOCKIO",
+        "ID",
+    )
+    lines = [header]
+    for r in sorted(rows, key=lambda r: (r.namespace, r.pod, r.container)):
+        lines.append(
+            (
+                r.namespace,
+                r.pod,
+                r.container,
+                r.qos,
+                r.kind,
+                r.pool,
+                r.cpus if r.cpus is not None else "-",
+                r.mems if r.mems is not None else "-",
+                r.rdt_class or "-",
+                r.blockio_class or "-",
+                (r.container_id or "pending")[:13],
+            )
+        )
+    return _columns(lines)
+
+
+def cpu_map(
+    topology: Topology, rows: Iterable[ContainerView], *, reserved: CPUSet, available: CPUSet
+) -> str:
+    """Every CPU by socket, NUMA node and core, with who holds it."""
+    holders: dict[int, str] = {}
+    for r in rows:
+        for cpu in CPUSet.parse(r.exclusive):
+            holders[cpu] = f"{r.namespace}/{r.pod}/{r.container}"
+    out = []
+    for socket in topology.sockets():
+        out.append(f"socket {socket}")
+        for node in topology.nodes_of_socket(socket):
+            cpus = topology.cpus_of_node(node)
+            out.append(f"  node {node} (cpus {cpus})")
+            for core in sorted({topology.cpus[c].core for c in cpus}):
+                cells = []
+                for cpu in topology.cpus_of_core(core).sorted():
+                    if cpu in holders:
+                        who = holders[cpu]
+                    elif cpu not in available:
+                        who = "unavailable"
+                    elif cpu in reserved:
+                        who = "reserved+shared"
+                    else:
+                        who = "shared"
+                    if topology.cpus[cpu].isolated:
+                        who += ",isolated"
+                    cells.append(f"cpu{cpu}={who}")
+                out.append(f"    core {core}: " + "  ".join(cells))
+    memory_only = topology.memory_only_nodes()
+    if memory_only:
+        out.append(f"memory-only nodes: {', '.join(map(str, memory_only))}")
+    return "\n".join(out)
+
+
+def _columns(lines: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(str(cell).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
