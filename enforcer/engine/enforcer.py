@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -19,6 +19,7 @@ from enforcer.config import Config
 from enforcer.cri import api_pb2
 from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_create_container
 from enforcer.engine.ledger import Ledger, Tracked
+from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.runtime import RuntimeClient, RuntimeContainer
 from enforcer.state import StateStore
@@ -70,6 +71,7 @@ class Enforcer:
         config: Config,
         store: StateStore,
         runtime: RuntimeClient,
+        metrics: EnforcerMetrics | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -77,6 +79,7 @@ class Enforcer:
         self.runtime = runtime
         self.policy: Policy = make_policy(topology, config.policy)
         self.classes = class_settings(config)
+        self.metrics = metrics or EnforcerMetrics()
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
@@ -86,6 +89,7 @@ class Enforcer:
     # -- persistence -------------------------------------------------------------------------
 
     def persist(self, *, durable: bool = False) -> None:
+        self._count_cpus()
         self.store.save(
             {
                 "topology": self.topology.to_dict(),
@@ -96,6 +100,46 @@ class Enforcer:
             durable=durable,
         )
 
+    def _count_cpus(self) -> None:
+        policy = self.policy
+        taken = policy.taken
+        self.metrics.cpus.labels("exclusive").set(len(taken))
+        self.metrics.cpus.labels("reserved").set(len(policy.reserved))
+        self.metrics.cpus.labels("shared").set(len(policy.available - taken))
+        self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def reconfigure(self, config: Config) -> list[str]:
+        """Applies a new configuration to everything running; returns what had to move.
+
+        Containers keep their CPUs where the new configuration allows; those that no longer
+        fit go to the shared pool (never left on CPUs someone else may now hold), and each is
+        reported by name. Raises ConfigError when the configuration does not fit the machine;
+        then nothing changes.
+        """
+        policy = make_policy(self.topology, config.policy)
+        problems = policy.restore(self.policy.to_state())
+        for key, admitted in self.policy.admitted.items():
+            if key in policy.admitted:
+                continue
+            request = admitted.request
+            fallback = replace(request, preferences=replace(request.preferences, shared=True))
+            try:
+                policy.admit(fallback)
+            except PlacementError as exc:
+                problems.append(
+                    f"{request.namespace}/{request.pod_name}/{request.container}: {exc}"
+                )
+        for problem in problems:
+            log.warning("after reconfiguration: %s; placed on the shared pool", problem)
+        self.config = config
+        self.policy = policy
+        self.classes = class_settings(config)
+        self.repin()
+        self.persist(durable=True)
+        return problems
+
     # -- CRI events --------------------------------------------------------------------------
 
     def create_container(self, request: api_pb2.CreateContainerRequest) -> str:
@@ -105,12 +149,11 @@ class Enforcer:
         """
         try:
             wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
-        except DecodeError as exc:
-            raise Refused(exc.code, str(exc)) from None
-        try:
             placement = self.policy.admit(wanted)
-        except PlacementError as exc:
+        except (DecodeError, PlacementError) as exc:
+            self.metrics.refusals.labels(exc.code.name).inc()
             raise Refused(exc.code, str(exc)) from None
+        self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
         resources = request.config.linux.resources
         _pin(resources, placement)
         tracked = Tracked(key=wanted.key, sandbox_id=request.pod_sandbox_id)
@@ -351,18 +394,21 @@ def views_of(policy: Policy, ledger: Ledger) -> list[ContainerView]:
                 qos=req.qos,
                 kind=placement.kind,
                 pool=placement.pool,
-                cpus=str(placement.cpus)
-                if placement.cpus is not None
-                else (tracked.applied_cpus if tracked else None),
-                mems=str(placement.mems)
-                if placement.mems is not None
-                else (tracked.applied_mems if tracked else None),
+                cpus=_shown(placement.cpus, tracked.applied_cpus if tracked else None),
+                mems=_shown(placement.mems, tracked.applied_mems if tracked else None),
                 exclusive=str(placement.exclusive),
                 rdt_class=req.rdt_class,
                 blockio_class=req.blockio_class,
             )
         )
     return rows
+
+
+def _shown(decided: CPUSet | None, applied: str | None) -> str | None:
+    """The policy's value; where it leaves one alone, what was last applied (kubelet's)."""
+    if decided is not None:
+        return str(decided)
+    return applied or None
 
 
 def _label_key(container: RuntimeContainer) -> str | None:

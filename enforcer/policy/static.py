@@ -1,8 +1,8 @@
 """kubelet's CPU manager static policy, done right.
 
 Guaranteed containers with a whole-CPU request get CPUs of their own, taken along the
-topology; every other container runs on the shared pool: all available CPUs that nobody
-holds, reserved ones included.
+topology, unless they prefer shared CPUs (`prefer-shared-cpus`); every other container runs
+on the shared pool: all available CPUs that nobody holds, reserved ones included.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class StaticPolicy(Policy):
         previous = self.release(request.key)
         if request.preferences.preserve:
             entry = Admitted(request, "preserved")
-        elif count := request.exclusive_cpus:
+        elif (count := request.exclusive_cpus) and not request.preferences.shared:
             entry = Admitted(request, "exclusive", self._take(request, count, keep, previous))
         else:
             entry = Admitted(request, "shared", pool="shared")

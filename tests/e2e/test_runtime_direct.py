@@ -13,6 +13,7 @@ import pytest
 from enforcer.cri import api_pb2
 from enforcer.devenv.containerd import PrivateContainerd
 from enforcer.devenv.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from enforcer.devenv.pods import manifest, sleeper
 from enforcer.emulator import KubeletEmulator, RunningPod
 
 pytestmark = pytest.mark.containerd
@@ -26,25 +27,6 @@ def kubelet(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[KubeletEm
     # close() removes every pod the emulator started, also when the test failed.
     with KubeletEmulator(containerd.socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def manifest(name: str, *containers: dict, init: list[dict] | None = None, **meta) -> dict:
-    spec: dict = {"containers": list(containers)}
-    if init:
-        spec["initContainers"] = init
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "e2e", **meta},
-        "spec": spec,
-    }
-
-
-def sleeper(name: str = "app", resources: dict | None = None) -> dict:
-    c = {"name": name, "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"]}
-    if resources:
-        c["resources"] = resources
-    return c
 
 
 def read(pod: RunningPod, controller: str, file: str, container: str = "app") -> str:

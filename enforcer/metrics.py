@@ -1,0 +1,128 @@
+"""The enforcer's Prometheus metrics and its small HTTP endpoint (/metrics, /healthz)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+class EnforcerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.cri_calls = Counter(
+            "resource_enforcer_cri_calls",
+            "CRI calls through the relay",
+            ["method", "code"],
+            registry=r,
+        )
+        self.cri_seconds = Histogram(
+            "resource_enforcer_cri_call_seconds",
+            "CRI call latency through the relay",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "resource_enforcer_policy_decisions",
+            "containers placed, by placement kind",
+            ["policy", "kind"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "resource_enforcer_policy_refusals",
+            "CreateContainer calls refused, by gRPC code",
+            ["code"],
+            registry=r,
+        )
+        self.cpus = Gauge(
+            "resource_enforcer_cpus",
+            "CPUs by use: exclusive, shared, reserved, free",
+            ["use"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            "resource_enforcer_config_reloads",
+            "configuration reloads, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.controller_errors = Counter(
+            "resource_enforcer_controller_errors",
+            "failures writing controller settings",
+            ["controller"],
+            registry=r,
+        )
+        self.class_applications = Counter(
+            "resource_enforcer_class_applications",
+            "RDT and block-I/O class applications",
+            ["kind", "class_name", "outcome"],
+            registry=r,
+        )
+
+    def observe_call(self, method: str, code: int, seconds: float) -> None:
+        name = method.rsplit("/", 1)[-1]
+        self.cri_calls.labels(name, str(code)).inc()
+        self.cri_seconds.labels(name).observe(seconds)
+
+
+class MetricsServer:
+    """GET /metrics and /healthz on host:port, in a daemon thread."""
+
+    def __init__(
+        self, address: str, metrics: EnforcerMetrics, healthy: Callable[[], bool] = lambda: True
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        registry = metrics.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] == "/metrics":
+                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                elif self.path == "/healthz":
+                    ok = healthy()
+                    body, ctype, code = (
+                        (b"ok\n" if ok else b"unhealthy\n"),
+                        "text/plain",
+                        (200 if ok else 503),
+                    )
+                else:
+                    body, ctype, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass  # scrapes every few seconds would drown the log
+
+        self.server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, daemon=True, name="metrics"
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    def start(self) -> MetricsServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,27 @@
+"""An HTTP/2 intermediary for gRPC over unix sockets, with call interception.
+
+Frame-level and dependency-free: ``frames`` (HTTP/2 framing), ``hpack`` (header compression)
+and ``relay`` (the intermediary). The public surface is re-exported here.
+"""
+
+from enforcer.relay.h2.relay import (
+    Call,
+    Forward,
+    Interceptor,
+    Refuse,
+    RelayServer,
+    Response,
+    Route,
+    serve_relay,
+)
+
+__all__ = [
+    "Call",
+    "Forward",
+    "Interceptor",
+    "Refuse",
+    "RelayServer",
+    "Response",
+    "Route",
+    "serve_relay",
+]

@@ -1,0 +1,155 @@
+"""The CRI calls the relay intercepts, and how each reaches the enforcer's core.
+
+Every other call passes through untouched. The core runs on one worker thread: its work
+(policy decisions, state writes, re-pinning through the runtime) is ordered and blocking,
+and the relay's event loop keeps passing other calls meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+import grpc
+
+from enforcer.cri import api_pb2
+from enforcer.engine import Enforcer, Refused
+from enforcer.relay.h2 import Call, Forward, Refuse, Response
+
+log = logging.getLogger(__name__)
+
+RUNTIME = "/runtime.v1.RuntimeService/"
+OK = grpc.StatusCode.OK.value[0]
+T = TypeVar("T")
+
+Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
+
+
+class CRIService:
+    """Binds intercepted CRI methods to the Enforcer."""
+
+    def __init__(self, enforcer: Enforcer) -> None:
+        self.enforcer = enforcer
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="enforcer")
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+
+    def intercepts(self) -> dict[str, Interceptor]:
+        return {
+            RUNTIME + "CreateContainer": self.create_container,
+            RUNTIME + "StartContainer": self.start_container,
+            RUNTIME + "UpdateContainerResources": self.update_container_resources,
+            RUNTIME + "StopContainer": self.stop_container,
+            RUNTIME + "RemoveContainer": self.remove_container,
+            RUNTIME + "StopPodSandbox": self.stop_pod_sandbox,
+            RUNTIME + "RemovePodSandbox": self.remove_pod_sandbox,
+            RUNTIME + "ListContainers": self.list_containers,
+        }
+
+    # -- container life cycle ----------------------------------------------------------------
+
+    async def create_container(self, call: Call) -> Forward | Refuse:
+        request = _parse(api_pb2.CreateContainerRequest, call)
+        if isinstance(request, Refuse):
+            return request
+        try:
+            key = await self.run(self.enforcer.create_container, request)
+        except Refused as exc:
+            log.warning("refused CreateContainer: %s", exc)
+            return Refuse(exc.code, str(exc))
+
+        async def created(response: Response) -> None:
+            if response.status == OK and response.message is not None:
+                reply = api_pb2.CreateContainerResponse.FromString(response.message)
+                await self.run(self.enforcer.container_created, key, reply.container_id)
+            else:
+                await self.run(self.enforcer.create_failed, key, response.details)
+
+        return Forward(request.SerializeToString(), created)
+
+    async def start_container(self, call: Call) -> Forward | Refuse:
+        request = _parse(api_pb2.StartContainerRequest, call)
+        if isinstance(request, Refuse):
+            return request
+
+        async def started(response: Response) -> None:
+            if response.status == OK:
+                await self.run(self.enforcer.container_started, request.container_id)
+
+        return Forward(call.message, started)
+
+    async def update_container_resources(self, call: Call) -> Forward | Refuse:
+        request = _parse(api_pb2.UpdateContainerResourcesRequest, call)
+        if isinstance(request, Refuse):
+            return request
+        await self.run(self.enforcer.update_resources, request)
+        return Forward(request.SerializeToString())
+
+    async def stop_container(self, call: Call) -> Forward | Refuse:
+        return self._release_container_after(call, api_pb2.StopContainerRequest, "stopped")
+
+    async def remove_container(self, call: Call) -> Forward | Refuse:
+        return self._release_container_after(call, api_pb2.RemoveContainerRequest, "removed")
+
+    def _release_container_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+        request = _parse(message, call)
+        if isinstance(request, Refuse):
+            return request
+
+        async def done(response: Response) -> None:
+            if response.status == OK:
+                await self.run(self.enforcer.container_gone, request.container_id, what)
+
+        return Forward(call.message, done)
+
+    async def stop_pod_sandbox(self, call: Call) -> Forward | Refuse:
+        return self._release_sandbox_after(call, api_pb2.StopPodSandboxRequest, "pod stopped")
+
+    async def remove_pod_sandbox(self, call: Call) -> Forward | Refuse:
+        return self._release_sandbox_after(call, api_pb2.RemovePodSandboxRequest, "pod removed")
+
+    def _release_sandbox_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+        request = _parse(message, call)
+        if isinstance(request, Refuse):
+            return request
+
+        async def done(response: Response) -> None:
+            if response.status == OK:
+                await self.run(self.enforcer.sandbox_gone, request.pod_sandbox_id, what)
+
+        return Forward(call.message, done)
+
+    async def list_containers(self, call: Call) -> Forward | Refuse:
+        request = _parse(api_pb2.ListContainersRequest, call)
+        if isinstance(request, Refuse):
+            return request
+        # Only an unfiltered listing proves that a container it lacks is gone, and only one
+        # bound before the listing was asked for (a creation may finish while it is under way).
+        complete = not request.HasField("filter")
+        asked_at = self.enforcer.sequence
+
+        async def listed(response: Response) -> None:
+            if response.status == OK and response.message is not None:
+                reply = api_pb2.ListContainersResponse.FromString(response.message)
+                observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
+                await self.run(observe, reply.containers)
+
+        return Forward(call.message, listed)
+
+
+def _parse(message: Any, call: Call) -> Any:
+    try:
+        return message.FromString(call.message)
+    except Exception as exc:  # a DecodeError of protobuf: the caller sent garbage
+        return Refuse(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{call.method}: cannot parse the request as {message.DESCRIPTOR.full_name}: {exc}",
+        )
