@@ -12,7 +12,11 @@ from pathlib import Path
 import grpc
 
 from enforcer.config import Config, ConfigError, load_config
+from enforcer.controllers.blockio import BlockIOController
+from enforcer.controllers.errors import ApplyError
+from enforcer.controllers.rdt import RdtController
 from enforcer.engine import Enforcer
+from enforcer.engine.classes import ClassControllers
 from enforcer.metrics import EnforcerMetrics, MetricsServer
 from enforcer.options import RunOptions
 from enforcer.relay.h2 import serve_relay
@@ -41,12 +45,20 @@ async def run(options: RunOptions) -> int:
         runtime_socket = _socket_path(options.runtime_socket)
         image_socket = _socket_path(options.image_socket or options.runtime_socket)
         metrics = EnforcerMetrics()
+        classes = ClassControllers(
+            RdtController(options.resctrl_root),
+            BlockIOController(options.cgroupfs_root, sysfs_root=options.sysfs_root),
+            metrics,
+            cgroupfs_root=options.cgroupfs_root,
+        )
+        classes.configure(config)
         enforcer = Enforcer(
             topology=topology,
             config=config,
             store=store,
             runtime=RuntimeClient(runtime_socket),
             metrics=metrics,
+            classes=classes,
         )
         metrics_server = (
             MetricsServer(options.metrics_address, metrics).start()
@@ -57,7 +69,7 @@ async def run(options: RunOptions) -> int:
         for problem in exc.problems:
             log.error("configuration refused: %s", problem)
         return 1
-    except (TopologyError, OSError) as exc:
+    except (TopologyError, ApplyError, OSError) as exc:
         log.error("cannot start: %s", exc)
         return 1
 
@@ -162,6 +174,11 @@ class ConfigWatcher:
                     "configuration %s refused, keeping the last good one: %s", self.path, problem
                 )
             metrics.reloads.labels("refused").inc()
+            return False
+        except ApplyError as exc:
+            log.error("configuration %s could not be applied: %s", self.path, exc)
+            metrics.reloads.labels("failed").inc()
+            metrics.controller_errors.labels("rdt").inc()
             return False
         metrics.reloads.labels("applied").inc()
         log.info(

@@ -1,8 +1,9 @@
 """The configuration file's schema: strict, every problem reported with its key path.
 
-This validates what can be checked without the machine (types, names, syntax). Checks
-against the hardware (reserved CPUs outside the machine, masks wider than the cache) are
-made by the enforcer with its topology and resctrl info at hand.
+This validates what can be checked without the machine (types, names, syntax, and for RDT and
+block I/O the goresctrl value formats). Checks against the hardware (reserved CPUs outside the
+machine, masks wider than the cache, devices) are made by `check-config` with `--sysfs-root` /
+`--resctrl-root` and by the enforcer with its topology and resctrl info at hand.
 """
 
 from __future__ import annotations
@@ -101,21 +102,26 @@ class RDTOptions(_Strict):
     mb: RDTOptionEntry = Field(default_factory=RDTOptionEntry)
 
 
-# Allocation values keep goresctrl's syntaxes as written; their meaning is checked against the
-# hardware by the RDT controller.
-CacheAllocation = str | int | dict[str, Any]
+# RDT and block I/O use goresctrl's formats unchanged. Pydantic checks their shape (known keys,
+# lists, maps); the values' syntax is checked in parse_config by the controllers' pure parsers
+# (enforcer.controllers.rdt.allocation, enforcer.controllers.blockio), which name the exact key
+# path of each problem. Allocation values stay raw here: their meaning depends on the hardware.
+CacheAllocation = Any  # "60%", "50-100%", "0xff0", "4-11", or {all: ..., "0": ...}
+MBAllocation = Any  # ["50%", "1000MBps"] or {all: [...], "0": [...]}
 
 
 class RDTClass(_Strict):
-    l2Allocation: CacheAllocation | None = None
-    l3Allocation: CacheAllocation | None = None
-    mbAllocation: list[str | int] | dict[str, Any] | None = None
+    l2Allocation: CacheAllocation = None
+    l3Allocation: CacheAllocation = None
+    mbAllocation: MBAllocation = None
+    # goresctrl's per-class Kubernetes options; refused with a pointer to classAccess.
+    kubernetes: Any = None
 
 
 class RDTPartition(_Strict):
-    l2Allocation: CacheAllocation | None = None
-    l3Allocation: CacheAllocation | None = None
-    mbAllocation: list[str | int] | dict[str, Any] | None = None
+    l2Allocation: CacheAllocation = None
+    l3Allocation: CacheAllocation = None
+    mbAllocation: MBAllocation = None
     classes: dict[str, RDTClass | None] = Field(default_factory=dict)
 
     @field_validator("classes")
@@ -142,7 +148,8 @@ class RDTConfig(_Strict):
         return {name for p in self.partitions.values() for name in p.classes}
 
 
-Quantity = str | int
+# A Kubernetes quantity ("50M", "10k", 80); range-checked by check_blockio.
+Quantity = str | int | float
 
 
 class BlockIODevices(_Strict):
@@ -224,7 +231,11 @@ def parse_config(data: Any) -> Config:
             if line not in problems:
                 problems.append(line)
         raise ConfigError(problems) from None
-    problems = []
+    # Imported here: the controllers import this module for ConfigError.
+    from enforcer.controllers.blockio import check_blockio
+    from enforcer.controllers.rdt.allocation import check_rdt
+
+    problems = [*check_rdt(config.rdt), *check_blockio(config.blockio)]
     for kind in ("rdt", "blockio"):
         configured = config.configured_classes(kind)
         for name in getattr(config.classAccess, kind):

@@ -65,6 +65,10 @@ class ContainerRequest:
     preferences: Preferences = field(default_factory=Preferences)
     rdt_class: str | None = None
     blockio_class: str | None = None
+    # Asked for by an annotation (a failure to apply it refuses the container), rather than
+    # the QoS-class default (skipped quietly where it cannot apply).
+    rdt_explicit: bool = False
+    blockio_explicit: bool = False
     # What kubelet asked for; `cpu.preserve` keeps it.
     kubelet_cpus: str = ""
     kubelet_mems: str = ""
@@ -279,6 +283,8 @@ def decode_create_container(
         preferences=prefs,
         rdt_class=rdt.name if rdt else None,
         blockio_class=blockio.name if blockio else None,
+        rdt_explicit=bool(rdt and rdt.explicit),
+        blockio_explicit=bool(blockio and blockio.explicit),
         kubelet_cpus=res.cpuset_cpus,
         kubelet_mems=res.cpuset_mems,
         **numbers,

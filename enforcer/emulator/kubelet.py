@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from enforcer.controllers.cgroups import cgroup_path
 from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.decode.kubelet import (
     QUOTA_PERIOD,
@@ -170,34 +171,6 @@ def cgroup_parent_for(qos: str, uid: str, driver: str = "cgroupfs") -> str:
             BEST_EFFORT: f"kubepods-besteffort-pod{escaped}.slice",
         }[qos]
     raise ValueError(f"unknown cgroup driver {driver!r} (cgroupfs or systemd)")
-
-
-def _expand_slice(name: str) -> str:
-    """systemd slice name -> its path: a-b-c.slice -> /a.slice/a-b.slice/a-b-c.slice."""
-    stem = name.removesuffix(".slice")
-    parts = stem.split("-")
-    return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-
-
-def cgroup_path(
-    controller: str | None,
-    cgroup_parent: str,
-    container_id: str,
-    cgroupfs_root: str = "/sys/fs/cgroup",
-) -> str:
-    """The container's cgroup folder, e.g. /sys/fs/cgroup/cpuset/kubepods/pod<UID>/<id>.
-
-    ``controller`` names the cgroup v1 hierarchy (``cpuset``, ``cpu``, ``memory``, ``blkio``,
-    ...); None or "" gives the path under ``cgroupfs_root`` itself (cgroup v2). With the
-    cgroupfs driver containerd hands runc ``<parent>/<container id>``; with a systemd slice
-    parent runc uses ``<slice path>/cri-containerd-<id>.scope``.
-    """
-    if cgroup_parent.endswith(".slice") and "/" not in cgroup_parent:
-        rel = f"{_expand_slice(cgroup_parent)}/cri-containerd-{container_id}.scope"
-    else:
-        rel = f"{cgroup_parent.rstrip('/')}/{container_id}"
-    base = os.path.join(cgroupfs_root, controller) if controller else cgroupfs_root
-    return os.path.normpath(base + "/" + rel.lstrip("/"))
 
 
 def remove_pod_cgroups(cgroup_parent: str, cgroupfs_root: str = "/sys/fs/cgroup") -> None:

@@ -18,6 +18,7 @@ import grpc
 from enforcer.config import Config
 from enforcer.cri import api_pb2
 from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_create_container
+from enforcer.engine.classes import ClassControllers, ClassRefused
 from enforcer.engine.ledger import Ledger, Tracked
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
@@ -72,6 +73,7 @@ class Enforcer:
         store: StateStore,
         runtime: RuntimeClient,
         metrics: EnforcerMetrics | None = None,
+        classes: ClassControllers | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -80,6 +82,7 @@ class Enforcer:
         self.policy: Policy = make_policy(topology, config.policy)
         self.classes = class_settings(config)
         self.metrics = metrics or EnforcerMetrics()
+        self.controllers = classes
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
@@ -119,6 +122,8 @@ class Enforcer:
         then nothing changes.
         """
         policy = make_policy(self.topology, config.policy)
+        if self.controllers is not None:
+            self.controllers.configure(config)
         problems = policy.restore(self.policy.to_state())
         for key, admitted in self.policy.admitted.items():
             if key in policy.admitted:
@@ -137,6 +142,14 @@ class Enforcer:
         self.policy = policy
         self.classes = class_settings(config)
         self.repin()
+        if self.controllers is not None:
+            # Class definitions may have changed: rewrite every running container's files.
+            for tracked in self.ledger.by_key.values():
+                admitted = policy.admitted.get(tracked.key)
+                if tracked.started and tracked.container_id and admitted is not None:
+                    self.controllers.apply_blockio(
+                        admitted.request, tracked.cgroup_parent, tracked.container_id
+                    )
         self.persist(durable=True)
         return problems
 
@@ -149,14 +162,20 @@ class Enforcer:
         """
         try:
             wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+            if self.controllers is not None:
+                wanted = self.controllers.check(wanted)
             placement = self.policy.admit(wanted)
-        except (DecodeError, PlacementError) as exc:
+        except (DecodeError, ClassRefused, PlacementError) as exc:
             self.metrics.refusals.labels(exc.code.name).inc()
             raise Refused(exc.code, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
         resources = request.config.linux.resources
         _pin(resources, placement)
-        tracked = Tracked(key=wanted.key, sandbox_id=request.pod_sandbox_id)
+        tracked = Tracked(
+            key=wanted.key,
+            sandbox_id=request.pod_sandbox_id,
+            cgroup_parent=request.sandbox_config.linux.cgroup_parent,
+        )
         tracked.set_resources(resources)
         tracked.applied_cpus, tracked.applied_mems = resources.cpuset_cpus, resources.cpuset_mems
         self.ledger.by_key[wanted.key] = tracked
@@ -191,8 +210,12 @@ class Enforcer:
 
     def container_started(self, container_id: str) -> None:
         tracked = self.ledger.by_container(container_id)
-        if tracked is not None:
-            tracked.started = True
+        if tracked is None:
+            return
+        tracked.started = True
+        admitted = self.policy.admitted.get(tracked.key)
+        if self.controllers is not None and admitted is not None:
+            self.controllers.apply(admitted.request, tracked.cgroup_parent, container_id)
 
     def container_gone(self, container_id: str, why: str) -> None:
         tracked = self.ledger.by_container(container_id)
@@ -202,24 +225,32 @@ class Enforcer:
     def sandbox_gone(self, sandbox_id: str, why: str) -> None:
         self._release(self.ledger.of_sandbox(sandbox_id), why)
 
+    def gone(
+        self, containers: Iterable[api_pb2.Container], *, complete: bool, asked_at: int
+    ) -> list[Tracked]:
+        """Tracked containers a ListContainers answer shows exited, or that vanished from a
+        complete (unfiltered) listing asked for after they were created (`asked_at`).
+
+        Reads only, so the relay may call it on its own thread to skip needless work.
+        """
+        states = {c.id: c.state for c in containers}
+        found = []
+        for tracked in list(self.ledger.by_key.values()):
+            if tracked.container_id is None:
+                continue
+            state = states.get(tracked.container_id)
+            vanished = complete and state is None and tracked.bound_at <= asked_at
+            if state == api_pb2.CONTAINER_EXITED or vanished:
+                found.append(tracked)
+        return found
+
     def observed(
         self, containers: Iterable[api_pb2.Container], *, complete: bool, asked_at: int
     ) -> None:
-        """A ListContainers answer: release containers that exited, or that vanished from a
-        complete (unfiltered) listing asked for after they were created (`asked_at`)."""
-        seen = {}
-        for c in containers:
-            seen[c.id] = c.state
-        gone = []
-        for tracked in self.ledger.by_key.values():
-            if tracked.container_id is None:
-                continue
-            state = seen.get(tracked.container_id)
-            vanished = complete and state is None and tracked.bound_at <= asked_at
-            if state == api_pb2.CONTAINER_EXITED or vanished:
-                gone.append(tracked)
-        if gone:
-            self._release(gone, "it exited or vanished")
+        """Releases what a ListContainers answer shows gone (see `gone`)."""
+        self._release(
+            self.gone(containers, complete=complete, asked_at=asked_at), "it exited or vanished"
+        )
 
     def update_resources(self, request: api_pb2.UpdateContainerResourcesRequest) -> None:
         """kubelet's own update: its limits apply, our pinning stays."""
@@ -362,7 +393,10 @@ class Enforcer:
             log.warning("running container %s cannot be placed: %s", container.id, exc)
             return
         tracked = Tracked(
-            key=wanted.key, sandbox_id=container.sandbox_id, container_id=container.id
+            key=wanted.key,
+            sandbox_id=container.sandbox_id,
+            container_id=container.id,
+            cgroup_parent=sandbox.linux.cgroup_parent,
         )
         resources = request.config.linux.resources
         tracked.set_resources(resources)

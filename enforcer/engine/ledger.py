@@ -15,6 +15,7 @@ class Tracked:
     key: str  # the policy's key: pod uid/container name
     sandbox_id: str
     container_id: str | None = None  # None until the runtime answered CreateContainer
+    cgroup_parent: str = ""  # the pod's, as kubelet sent it: where the container's cgroups are
     # kubelet's resources for the container (limits, shares); re-pinning sends them back whole
     # so the runtime never sees a zero it could take literally.
     resources: dict[str, Any] = field(default_factory=dict)

@@ -137,12 +137,16 @@ class CRIService:
         asked_at = self.enforcer.sequence
 
         async def listed(response: Response) -> None:
-            if response.status == OK and response.message is not None:
-                reply = api_pb2.ListContainersResponse.FromString(response.message)
+            if response.status != OK or response.message is None:
+                return
+            containers = api_pb2.ListContainersResponse.FromString(response.message).containers
+            # Most listings change nothing: look first, hop to the worker only when needed.
+            if self.enforcer.gone(containers, complete=complete, asked_at=asked_at):
                 observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-                await self.run(observe, reply.containers)
+                await self.run(observe, containers)
 
-        return Forward(call.message, listed)
+        # Observed, not gated: kubelet's every-second relisting is not held up.
+        return Forward(call.message, listed, hold=False)
 
 
 def _parse(message: Any, call: Call) -> Any:

@@ -304,6 +304,35 @@ def test_on_response_runs_before_the_client_sees_the_answer(
     assert dict(call.trailing_metadata())["trailer-x"] == "t"
 
 
+def test_observer_sees_the_answer_without_holding_it(
+    upstream: FakeUpstream,
+    relay_factory: Callable[..., RelayThread],
+    channel_factory: Callable[[str], grpc.Channel],
+) -> None:
+    # hold=False: the client has its answer while the observer is still busy with its copy.
+    release = threading.Event()
+    seen: list[Response] = []
+
+    async def hook(response: Response) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+        seen.append(response)
+
+    async def intercept(call: Call) -> Forward:
+        return Forward(call.message, on_response=hook, hold=False)
+
+    relay = relay_factory(lambda _p: upstream.path, {ECHO: intercept})
+    ch = channel_factory(relay.socket_path)
+    payload = os.urandom(200_000)  # several DATA frames
+    response, call = unary(ch).with_call(payload, timeout=5, metadata=[("x-a", "1")])
+    assert response == payload and seen == []
+    assert dict(call.trailing_metadata())["trailer-x"] == "t"
+    release.set()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [Response(status=0, details="", message=payload)]
+
+
 def test_on_response_with_large_response(
     upstream: FakeUpstream,
     relay_factory: Callable[..., RelayThread],

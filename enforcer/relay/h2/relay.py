@@ -128,11 +128,15 @@ class Forward:
 
     With ``on_response``, the response is held back until the upstream has finished and
     ``await on_response(Response)`` has returned; if the hook raises, the client gets INTERNAL
-    with the hook's error instead of the upstream's answer.
+    with the hook's error instead of the upstream's answer. With ``hold=False`` the response
+    is not held: the hook sees a copy once the upstream has finished.
     """
 
     message: bytes
     on_response: Callable[[Response], Awaitable[None]] | None = None
+    # False: the response goes to the client as it arrives and ``on_response`` only observes
+    # a copy afterwards (for calls whose answer the enforcer reads but never gates).
+    hold: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +221,8 @@ def _response_of(blocks: list[HeaderList], body: bytes) -> Response:
 
 # --------------------------------------------------------------------------- streams
 
-_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE = range(5)
+# _TEE: passing the upstream's response through while keeping a copy for an observer.
+_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE = range(6)
 _Q_DATA, _Q_HEADERS = 0, 1
 
 
@@ -309,6 +314,8 @@ class _Stream:
         else:
             down = self.down
             down.conn.send_headers(down, headers, end)
+            if self.mode == _TEE:
+                self._tee_headers(headers, end)
         if end:
             self._upstream_finished()
 
@@ -316,12 +323,15 @@ class _Stream:
         if end:
             h.remote_ended = True
         mode = self.mode
-        if mode == _PASS:
+        if mode == _PASS or (mode == _TEE and h is not self.down):
             peer = h.peer
             if peer is None or peer.local_ended:
                 h.credit(len(data))  # nowhere to go: consume
             else:
                 peer.conn.send_data(peer, data, end)
+            if mode == _TEE:
+                assert self.icpt is not None
+                self.icpt.response_data.append(data)
         elif h is self.down:
             h.credit(len(data))
             if mode == _COLLECT:
@@ -484,7 +494,7 @@ class _Stream:
             headers.append((name, value))
         if decision.on_response is not None:
             icpt.on_response = decision.on_response
-            self.mode = _BUFFER
+            self.mode = _BUFFER if decision.hold else _TEE
         else:
             self.mode = _PASS
         message = decision.message
@@ -494,6 +504,23 @@ class _Stream:
         up = self.up
         assert up is not None
         up.conn.send_data(up, len(message).to_bytes(5, "big") + message, True)
+
+    def _tee_headers(self, headers: HeaderList, end: bool) -> None:
+        icpt = self.icpt
+        assert icpt is not None and icpt.on_response is not None
+        icpt.response_blocks.append(headers)
+        if end:
+            response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+            icpt.response_blocks, icpt.response_data = [], []
+            self.relay.spawn(self._observe(icpt.on_response, response))
+
+    async def _observe(
+        self, hook: Callable[[Response], Awaitable[None]], response: Response
+    ) -> None:
+        try:
+            await hook(response)
+        except Exception:
+            log.exception("on_response observer for %s failed", self.method)
 
     def _response_complete(self) -> None:
         icpt = self.icpt

@@ -1,0 +1,47 @@
+"""Fixtures for the RDT and block-I/O controllers: fake resctrl trees of several shapes, and
+the machine's own block device and cgroup v1 blkio hierarchy for the tests that use them."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # ctl_support, whatever pytest's import mode
+
+from ctl_support import need
+
+from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
+
+
+@pytest.fixture
+def fake_resctrl(tmp_path: Path) -> Callable[..., FakeResctrl]:
+    """fake_resctrl(shape) -> a FakeResctrl tree in its own folder."""
+    count = 0
+
+    def make(shape: ResctrlShape | None = None) -> FakeResctrl:
+        nonlocal count
+        count += 1
+        return FakeResctrl(tmp_path / f"resctrl{count}", shape)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def disk() -> tuple[str, int, int]:
+    """A whole-disk block device of this machine: (path, major, minor); /dev/vda here."""
+    for path in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISBLK(st.st_mode):
+            major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+            if not Path(f"/sys/dev/block/{major}:{minor}/partition").exists():
+                return path, major, minor
+    need(False, "no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
+    raise AssertionError("unreachable")

@@ -1,0 +1,229 @@
+"""RDT and block-I/O classes end to end: the enforcer (console script) in front of the real
+containerd, resctrl faked in a folder laid out as the kernel's (this machine has no RDT), block
+I/O on this machine's real disk and real cgroup v1 blkio files."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from enforcer.devenv.containerd import PrivateContainerd
+from enforcer.devenv.enforcer_process import EnforcerProcess
+from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
+from enforcer.devenv.pods import manifest, sleeper
+from enforcer.emulator import KubeletEmulator, RunningPod
+
+pytestmark = pytest.mark.containerd
+
+
+def whole_disk() -> tuple[str, str]:
+    """(device path, "MAJ:MIN") of a whole-disk block device of this machine."""
+    for path in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        if stat.S_ISBLK(st.st_mode) and not Path(f"/sys/dev/block/{key}/partition").exists():
+            return path, key
+    pytest.fail("no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
+
+
+DISK, DISK_KEY = whole_disk()
+
+
+def config_text(read_bps: str) -> str:
+    return f"""\
+policy: {{name: static, reservedCPUs: "0"}}
+rdt:
+  partitions:
+    shared:
+      l3Allocation: "100%"
+      classes:
+        gold: {{l3Allocation: "60%"}}
+        silver: {{l3Allocation: "0-3"}}
+blockio:
+  Classes:
+    throttled:
+      - Devices: ["{DISK}"]
+        ThrottleReadBps: {read_bps}
+        ThrottleWriteIOPS: 300
+classAccess:
+  rdt: {{gold: ["e2e", "prod-*"]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(
+    containerd: PrivateContainerd, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[EnforcerProcess, FakeResctrl, Path]]:
+    workdir = tmp_path_factory.mktemp("classes")
+    resctrl = FakeResctrl(workdir / "resctrl", ResctrlShape())
+    config = workdir / "config.yaml"
+    config.write_text(config_text("50M"))
+    proc = EnforcerProcess(
+        workdir / "enforcer",
+        runtime_socket=containerd.socket,
+        config=str(config),
+        extra_args=["--resctrl-root", str(resctrl.root)],
+    )
+    proc.start()
+    try:
+        yield proc, resctrl, config
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
+
+
+@pytest.fixture
+def kubelet(setup, tmp_path: Path) -> Iterator[KubeletEmulator]:
+    with KubeletEmulator(setup[0].relay_socket, log_root=tmp_path / "pods") as emu:
+        yield emu
+
+
+def classy(name: str, namespace: str = "e2e", **annotations: str) -> dict:
+    return manifest(name, sleeper(), namespace=namespace, annotations=annotations)
+
+
+def tids(pod: RunningPod) -> set[int]:
+    return {int(t) for t in Path(pod.cgroup_path("cpuset", "app"), "tasks").read_text().split()}
+
+
+def blkio(pod: RunningPod, name: str) -> str:
+    return Path(pod.cgroup_path("blkio", "app"), f"blkio.throttle.{name}_device").read_text()
+
+
+def test_rdt_class_holds_the_containers_real_processes(setup, kubelet: KubeletEmulator) -> None:
+    _, resctrl, _ = setup
+    pod = kubelet.run_pod(classy("cached", **{"rdtclass.resource-enforcer.dev/pod": "gold"}))
+    group = resctrl.root / "gold"
+    assert tids(pod) and tids(pod) <= {int(t) for t in (group / "tasks").read_text().split()}
+    # 60% of an 11-bit mask, on both cache ids.
+    assert (group / "schemata").read_text().strip() == "L3:0=7f;1=7f"
+    assert (resctrl.root / "silver" / "schemata").read_text().strip() == "L3:0=f;1=f"
+
+
+def test_blockio_class_writes_the_real_disks_throttles(setup, kubelet: KubeletEmulator) -> None:
+    pod = kubelet.run_pod(
+        classy("throttled", **{"blockio.resources.beta.kubernetes.io/pod": "throttled"})
+    )
+    assert blkio(pod, "read_bps") == f"{DISK_KEY} 50000000\n"
+    assert blkio(pod, "write_iops") == f"{DISK_KEY} 300\n"
+
+
+def test_changed_class_definitions_reach_running_containers(
+    setup, kubelet: KubeletEmulator
+) -> None:
+    proc, _, config = setup
+    pod = kubelet.run_pod(
+        classy("live", **{"blockioclass.resource-enforcer.dev/container.app": "throttled"})
+    )
+    assert blkio(pod, "read_bps") == f"{DISK_KEY} 50000000\n"
+    try:
+        config.write_text(config_text("20M"))
+        deadline = time.monotonic() + 15
+        while blkio(pod, "read_bps") != f"{DISK_KEY} 20000000\n":
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+        # A refused configuration keeps the last good one.
+        config.write_text(config_text("20M") + "bogus: 1\n")
+        deadline = time.monotonic() + 15
+        while "refused, keeping the last good one" not in proc.log_tail(400):
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+        assert blkio(pod, "read_bps") == f"{DISK_KEY} 20000000\n"
+    finally:
+        config.write_text(config_text("50M"))
+        deadline = time.monotonic() + 15
+        while blkio(pod, "read_bps") != f"{DISK_KEY} 50000000\n":
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "annotations", "code", "needle"),
+    [
+        (
+            "e2e",
+            {"rdtclass.resource-enforcer.dev/pod": "platinum"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            '"platinum" is not configured',
+        ),
+        (
+            "e2e",
+            {"rdtclass.resource-enforcer.dev/pod": ".."},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "is malformed",
+        ),
+        (
+            "e2e",
+            {"blockioclass.resource-enforcer.dev/container.app": "../../etc"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "is malformed",
+        ),
+        (
+            "e2e",
+            {"rdtclass.resource-enforcer.dev/pod": "a/b"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "is malformed",
+        ),
+        (
+            "dev",
+            {"rdtclass.resource-policy.nri.io/pod": "gold"},
+            grpc.StatusCode.PERMISSION_DENIED,
+            'namespace "dev" may not use rdt class "gold"',
+        ),
+    ],
+)
+def test_refusals(
+    kubelet: KubeletEmulator, namespace: str, annotations: dict, code: grpc.StatusCode, needle: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        kubelet.run_pod(classy("refused", namespace, **annotations))
+    assert err.value.code() == code
+    assert needle in err.value.details() and next(iter(annotations)) in err.value.details()
+
+
+def test_rdt_class_asked_for_while_rdt_is_unavailable(
+    containerd: PrivateContainerd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(config_text("50M"))
+    proc = EnforcerProcess(
+        tmp_path / "enforcer",
+        runtime_socket=containerd.socket,
+        config=str(config),
+        extra_args=["--resctrl-root", str(tmp_path / "no-resctrl")],
+    )
+    proc.start()
+    try:
+        with KubeletEmulator(proc.relay_socket, log_root=tmp_path / "pods") as kubelet:
+            with pytest.raises(grpc.RpcError) as err:
+                kubelet.run_pod(classy("no-rdt", **{"rdtclass.resource-enforcer.dev/pod": "gold"}))
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert 'RDT class "gold" cannot be applied' in err.value.details()
+            # Without an explicit request, pods run (no QoS-named class is configured).
+            kubelet.run_pod(classy("plain"))
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def test_status_shows_the_classes(setup, kubelet: KubeletEmulator) -> None:
+    proc = setup[0]
+    kubelet.run_pod(
+        classy(
+            "both",
+            **{
+                "rdtclass.resource-enforcer.dev/pod": "silver",
+                "blockioclass.resource-enforcer.dev/pod": "throttled",
+            },
+        )
+    )
+    out = proc.run_cli("status", "--state-dir", proc.state_dir)
+    row = next(line for line in out.stdout.splitlines() if " both " in f" {line} ")
+    assert "silver" in row and "throttled" in row
