@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from enforcer.engine import ContainerView
+from enforcer.policy import PoolView
+from enforcer.policy.topology_aware import format_bytes
 from enforcer.topology import CPUSet, Topology
 
 
@@ -43,9 +45,18 @@ def container_table(rows: Sequence[ContainerView]) -> str:
 
 
 def cpu_map(
-    topology: Topology, rows: Iterable[ContainerView], *, reserved: CPUSet, available: CPUSet
+    topology: Topology,
+    rows: Iterable[ContainerView],
+    *,
+    reserved: CPUSet,
+    available: CPUSet,
+    reserved_shared: bool = True,
 ) -> str:
-    """Every CPU by socket, NUMA node and core, with who holds it."""
+    """Every CPU by socket, NUMA node and core, with who holds it.
+
+    `reserved_shared`: whether the policy runs shared containers on reserved and isolated CPUs
+    (static does; topology-aware keeps reserved CPUs for their own containers and isolated
+    ones idle until a container is given one)."""
     holders: dict[int, str] = {}
     for r in rows:
         for cpu in CPUSet.parse(r.exclusive):
@@ -64,7 +75,9 @@ def cpu_map(
                     elif cpu not in available:
                         who = "unavailable"
                     elif cpu in reserved:
-                        who = "reserved+shared"
+                        who = "reserved+shared" if reserved_shared else "reserved"
+                    elif not reserved_shared and topology.cpus[cpu].isolated:
+                        who = "idle"
                     else:
                         who = "shared"
                     if topology.cpus[cpu].isolated:
@@ -75,6 +88,42 @@ def cpu_map(
     if memory_only:
         out.append(f"memory-only nodes: {', '.join(map(str, memory_only))}")
     return "\n".join(out)
+
+
+def pool_table(pools: Sequence[PoolView]) -> str:
+    """The pool tree, one row per pool, children indented under their parent."""
+    header = (
+        "POOL",
+        "CPUS",
+        "SHARED",
+        "EXCLUSIVE",
+        "FREE",
+        "SHARED-REQ",
+        "CONTAINERS",
+        "MEMS",
+        "MEMORY USED/CAPACITY",
+        "CPU LIST",
+    )
+    lines = [header]
+    for p in pools:
+        memory = "-"
+        if p.memory_capacity:
+            memory = f"{format_bytes(p.memory_used)}/{format_bytes(p.memory_capacity)}"
+        lines.append(
+            (
+                "  " * p.depth + p.name,
+                str(len(p.cpus)),
+                str(len(p.shared)),
+                str(len(p.exclusive)),
+                str(p.free),
+                f"{p.shared_milli}m",
+                str(p.containers),
+                str(p.mems) or "-",
+                memory,
+                str(p.cpus),
+            )
+        )
+    return _columns(lines)
 
 
 def _columns(lines: Sequence[Sequence[str]]) -> str:

@@ -9,7 +9,7 @@ from enforcer.engine import Ledger, views_of
 from enforcer.policy import make_policy
 from enforcer.state import StateStore
 from enforcer.topology import Topology
-from enforcer.views import container_table, cpu_map
+from enforcer.views import container_table, cpu_map, pool_table
 
 
 def status(state_dir: str) -> int:
@@ -36,6 +36,17 @@ def status(state_dir: str) -> int:
     )
     print()
     print(container_table(rows) if rows else "no containers")
+    if pools := policy.pools():
+        print()
+        print(pool_table(pools))
     print()
-    print(cpu_map(topology, rows, reserved=policy.reserved, available=policy.available))
+    print(
+        cpu_map(
+            topology,
+            rows,
+            reserved=policy.reserved,
+            available=policy.available,
+            reserved_shared=policy.reserved_shared,
+        )
+    )
     return 0

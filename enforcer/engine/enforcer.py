@@ -83,6 +83,7 @@ class Enforcer:
         self.classes = class_settings(config)
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = classes
+        self._topology_state = topology.to_dict()  # the machine does not change under us
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
@@ -95,7 +96,7 @@ class Enforcer:
         self._count_cpus()
         self.store.save(
             {
-                "topology": self.topology.to_dict(),
+                "topology": self._topology_state,
                 "policyConfig": self.config.policy.model_dump(),
                 "policy": self.policy.to_state(),
                 "containers": self.ledger.to_state(),

@@ -2,12 +2,15 @@
 
 from enforcer.config import PolicyConfig
 from enforcer.policy.base import Policy, resolve_cpu_sets
-from enforcer.policy.model import Admitted, Placement, PlacementError
+from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.policy.none import NonePolicy
 from enforcer.policy.static import StaticPolicy
+from enforcer.policy.topology_aware import TopologyAwarePolicy
 from enforcer.topology import Topology
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (NonePolicy, StaticPolicy)}
+POLICIES: dict[str, type[Policy]] = {
+    p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy)
+}
 
 
 def make_policy(topology: Topology, config: PolicyConfig) -> Policy:
@@ -26,7 +29,9 @@ __all__ = [
     "Placement",
     "PlacementError",
     "Policy",
+    "PoolView",
     "StaticPolicy",
+    "TopologyAwarePolicy",
     "make_policy",
     "resolve_cpu_sets",
 ]

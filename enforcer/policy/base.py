@@ -15,7 +15,7 @@ from enforcer.config import ConfigError, PolicyConfig
 from enforcer.config.model import reserved_is_quantity
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
-from enforcer.policy.model import Admitted, Placement
+from enforcer.policy.model import Admitted, Placement, PoolView
 from enforcer.qos import parse_quantity
 from enforcer.topology import CPUSet, Topology
 
@@ -57,6 +57,8 @@ class Policy(ABC):
     """A policy's state is `admitted`: a key (pod uid/container) -> Admitted entry."""
 
     name: ClassVar[str]
+    # Whether shared containers also run on the reserved (and isolated) CPUs, as with kubelet.
+    reserved_shared: ClassVar[bool] = True
 
     def __init__(self, topology: Topology, config: PolicyConfig) -> None:
         self.topology = topology
@@ -82,6 +84,10 @@ class Policy(ABC):
 
     def placements(self) -> dict[str, Placement]:
         return {key: self.placement(key) for key in self.admitted}
+
+    def pools(self) -> list[PoolView]:
+        """The policy's pool tree, root first (empty for policies without pools)."""
+        return []
 
     @property
     def taken(self) -> CPUSet:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import grpc
@@ -10,7 +11,7 @@ import grpc
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.topology import CPUSet
 
-PlacementKind = Literal["exclusive", "shared", "reserved", "preserved", "unmanaged"]
+PlacementKind = Literal["exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged"]
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,25 @@ class Admitted:
     kind: PlacementKind
     exclusive: CPUSet = field(default_factory=CPUSet)
     pool: str = "root"
-    # Shared part of a mixed (fractional) container, or the pool a shared container lives in.
+    # Milli-CPU granted on the pool's shared CPUs: a shared container's request, or the
+    # fractional part of a mixed one.
     shared_milli: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["exclusive"] = str(self.exclusive)
-        return data
+        return self._state
+
+    @cached_property
+    def _state(self) -> dict[str, Any]:
+        # Entries never change, and the state file is written after every event: serialise
+        # each entry once (shallow: the request's fields are plain values).
+        request = {**vars(self.request), "preferences": vars(self.request.preferences)}
+        return {
+            "request": request,
+            "kind": self.kind,
+            "exclusive": str(self.exclusive),
+            "pool": self.pool,
+            "shared_milli": self.shared_milli,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Admitted:
@@ -51,6 +64,23 @@ class Admitted:
             pool=data.get("pool", "root"),
             shared_milli=data.get("shared_milli", 0),
         )
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One pool of a policy's pool tree, for `status` and `plan` (a snapshot, not live)."""
+
+    name: str
+    depth: int  # 0 for the root
+    cpus: CPUSet
+    shared: CPUSet  # where its shared containers run now
+    exclusive: CPUSet  # held exclusively by containers (isolated CPUs included)
+    free: int  # CPUs that could still be handed out exclusively (isolated included)
+    shared_milli: int  # CPU requests granted to shared containers placed in it or below
+    containers: int  # containers placed in it or below
+    mems: CPUSet  # its memory nodes: its CPUs' nodes plus their memory-only nodes
+    memory_capacity: int  # bytes; 0 when the topology does not know
+    memory_used: int  # bytes charged to its memory nodes
 
 
 class PlacementError(Exception):

@@ -17,9 +17,19 @@ from enforcer.topology import CPUSet
 class StaticPolicy(Policy):
     name = "static"
 
+    # The shared pool is asked for once per container on every re-pin sweep: kept until the
+    # admissions change rather than recomputed from all of them each time.
+    _shared_pool: CPUSet | None = None
+
     @property
     def shared_pool(self) -> CPUSet:
-        return self.available - self.taken
+        if self._shared_pool is None:
+            self._shared_pool = self.available - self.taken
+        return self._shared_pool
+
+    def release(self, key: str) -> Admitted | None:
+        self._shared_pool = None
+        return super().release(key)
 
     def _exclusive_free(self) -> CPUSet:
         free = self.available - self.reserved - self.taken
@@ -37,6 +47,7 @@ class StaticPolicy(Policy):
         else:
             entry = Admitted(request, "shared", pool="shared")
         self.admitted[request.key] = entry
+        self._shared_pool = None
         return self.placement(request.key)
 
     def _take(
@@ -51,6 +62,7 @@ class StaticPolicy(Policy):
         except NotEnoughCPUs:
             if previous is not None:
                 self.admitted[request.key] = previous
+                self._shared_pool = None
             raise PlacementError(
                 f"pod {request.namespace}/{request.pod_name} container {request.container}: "
                 f"asked for {count} exclusive CPUs, {len(free)} free"
