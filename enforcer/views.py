@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from enforcer.engine import ContainerView
-from enforcer.policy import PoolView
+from enforcer.policy import Policy, PoolView
 from enforcer.policy.topology_aware import format_bytes
 from enforcer.topology import CPUSet, Topology
 
 
 def container_table(rows: Sequence[ContainerView]) -> str:
+    """One row per container; the ID column only where containers exist (not in a plan)."""
+    with_ids = any(r.container_id for r in rows)
     header = (
         "NAMESPACE",
         "POD",
@@ -41,6 +43,8 @@ def container_table(rows: Sequence[ContainerView]) -> str:
                 (r.container_id or "pending")[:13],
             )
         )
+    if not with_ids:
+        lines = [line[:-1] for line in lines]
     return _columns(lines)
 
 
@@ -124,6 +128,23 @@ def pool_table(pools: Sequence[PoolView]) -> str:
             )
         )
     return _columns(lines)
+
+
+def placements_report(topology: Topology, policy: Policy, rows: Sequence[ContainerView]) -> str:
+    """The containers, the pool tree (for policies with pools) and the CPU map."""
+    parts = [container_table(rows) if rows else "no containers"]
+    if pools := policy.pools():
+        parts.append(pool_table(pools))
+    parts.append(
+        cpu_map(
+            topology,
+            rows,
+            reserved=policy.reserved,
+            available=policy.available,
+            reserved_shared=policy.reserved_shared,
+        )
+    )
+    return "\n\n".join(parts)
 
 
 def _columns(lines: Sequence[Sequence[str]]) -> str:

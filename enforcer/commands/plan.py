@@ -25,7 +25,7 @@ from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
-from enforcer.views import container_table, cpu_map, pool_table
+from enforcer.views import placements_report
 
 Pod = Mapping[str, Any]
 
@@ -205,21 +205,8 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     from enforcer.engine import views_of
     from enforcer.engine.ledger import Ledger
 
-    print(container_table(views_of(policy, Ledger())) if policy.admitted else "no containers")
-    errors = [r for r in rows if r["error"]]
-    for r in errors:
-        print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
-    if pools := policy.pools():
-        print()
-        print(pool_table(pools))
-    print()
-    print(
-        cpu_map(
-            topology,
-            views_of(policy, Ledger()),
-            reserved=policy.reserved,
-            available=policy.available,
-            reserved_shared=policy.reserved_shared,
-        )
-    )
+    print(placements_report(topology, policy, views_of(policy, Ledger())))
+    for r in rows:
+        if r["error"]:
+            print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
     return 0

@@ -9,7 +9,7 @@ from enforcer.engine import Ledger, views_of
 from enforcer.policy import make_policy
 from enforcer.state import StateStore
 from enforcer.topology import Topology
-from enforcer.views import container_table, cpu_map, pool_table
+from enforcer.views import placements_report
 
 
 def status(state_dir: str) -> int:
@@ -35,18 +35,5 @@ def status(state_dir: str) -> int:
         f"exclusive {policy.taken or 'none'}"
     )
     print()
-    print(container_table(rows) if rows else "no containers")
-    if pools := policy.pools():
-        print()
-        print(pool_table(pools))
-    print()
-    print(
-        cpu_map(
-            topology,
-            rows,
-            reserved=policy.reserved,
-            available=policy.available,
-            reserved_shared=policy.reserved_shared,
-        )
-    )
+    print(placements_report(topology, policy, rows))
     return 0

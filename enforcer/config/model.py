@@ -132,6 +132,14 @@ class RDTPartition(_Strict):
         return classes
 
 
+def _safe_names(mapping: dict[str, Any], what: str) -> dict[str, Any]:
+    """Names become folder names: only the contract's pattern is allowed."""
+    for name in mapping:
+        if not _CLASS_NAME.fullmatch(name):
+            raise ValueError(f'{what} "{name}" must match {CLASS_NAME_PATTERN}')
+    return mapping
+
+
 class RDTConfig(_Strict):
     options: RDTOptions = Field(default_factory=RDTOptions)
     partitions: dict[str, RDTPartition] = Field(default_factory=dict)
@@ -139,10 +147,7 @@ class RDTConfig(_Strict):
     @field_validator("partitions")
     @classmethod
     def _names(cls, partitions: dict[str, RDTPartition]) -> dict[str, RDTPartition]:
-        for name in partitions:
-            if not _CLASS_NAME.fullmatch(name):
-                raise ValueError(f'partition name "{name}" must match {CLASS_NAME_PATTERN}')
-        return partitions
+        return _safe_names(partitions, "partition name")
 
     def class_names(self) -> set[str]:
         return {name for p in self.partitions.values() for name in p.classes}
@@ -167,10 +172,7 @@ class BlockIOConfig(_Strict):
     @field_validator("Classes")
     @classmethod
     def _names(cls, classes: dict[str, Any]) -> dict[str, Any]:
-        for name in classes:
-            if not _CLASS_NAME.fullmatch(name):
-                raise ValueError(f'class name "{name}" must match {CLASS_NAME_PATTERN}')
-        return classes
+        return _safe_names(classes, "class name")
 
     def class_names(self) -> set[str]:
         return set(self.Classes)
