@@ -12,6 +12,7 @@ command -v runc >/dev/null || need+=(runc)
 command -v curl >/dev/null || need+=(curl ca-certificates)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 command -v make >/dev/null || need+=(make)
+command -v wrk >/dev/null || need+=(wrk)  # bench/webhook: fixed-concurrency load
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

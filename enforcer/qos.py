@@ -19,7 +19,13 @@ def parse_quantity(value: object) -> Decimal:
     # Imported here: the kubernetes package takes ~0.4 s to import and most callers never need it.
     from kubernetes.utils.quantity import parse_quantity as _parse
 
-    return _parse(value)
+    # The client's parser takes "NaN", "Infinity" and padded strings, which Kubernetes refuses.
+    if isinstance(value, str) and value != value.strip():
+        raise ValueError(f"invalid quantity {value!r}: surrounding whitespace")
+    quantity = _parse(value)
+    if not quantity.is_finite():
+        raise ValueError(f"invalid quantity {value!r}: not a finite number")
+    return quantity
 
 
 def _positive(quantities: Mapping[str, Any] | None) -> dict[str, Decimal]:

@@ -1,0 +1,1 @@
+"""kube-resource-enforcer's mutating admission webhook (docs/webhook.md)."""

@@ -1,0 +1,472 @@
+"""The mutation itself: pod -> annotation -> JSON Patch, against an oracle written from the
+contract (docs/webhook.md, CONTRACT.md), not from the code under test."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from wh_support import CONFIG_YAML, RESOURCES_KEY, annotation, apply, container, pod
+
+from enforcer.config import parse_config
+from enforcer.qos import qos_class
+from webhook.mutation import (
+    ANNOTATION_PATH,
+    Denial,
+    Mutator,
+    Policy,
+    build_annotation,
+    escape_pointer_token,
+    is_request_key,
+    mutate_pod,
+    quantity_text,
+)
+
+CONFIGURED = Policy.from_config(parse_config(yaml.safe_load(CONFIG_YAML)))
+OPEN = Policy()
+
+# --- the oracle: the contract's key order, spelled out -----------------------------------------
+
+_PREFIX = {"rdt": "rdtclass", "blockio": "blockioclass"}
+_BETA = {
+    "rdt": "rdt.resources.beta.kubernetes.io",
+    "blockio": "blockio.resources.beta.kubernetes.io",
+}
+
+
+def contract_keys(kind: str, c: str) -> list[str]:
+    p, beta = _PREFIX[kind], _BETA[kind]
+    return [
+        f"{p}.resource-enforcer.dev/container.{c}",
+        f"{p}.resource-policy.nri.io/container.{c}",
+        f"{p}.cri-resource-manager.intel.com/container.{c}",
+        f"{beta}/container.{c}",
+        f"{p}.resource-enforcer.dev/pod",
+        f"{p}.resource-policy.nri.io/pod",
+        f"{p}.cri-resource-manager.intel.com/pod",
+        f"{beta}/pod",
+    ]
+
+
+def expected(p: dict[str, Any], *, configured: bool = False, namespace: str = "shop") -> dict:
+    annotations = p["metadata"].get("annotations") or {}
+    qos = qos_class(p["spec"])
+    config_classes = {
+        "rdt": {"gold", "silver", "Guaranteed", "Burstable"},
+        "blockio": {"throttled", "fast"},
+    }
+
+    def entry(c: dict[str, Any]) -> dict[str, Any]:
+        res = c.get("resources") or {}
+        out: dict[str, Any] = {
+            "requests": {k: quantity_text(v) for k, v in (res.get("requests") or {}).items()},
+            "limits": {k: quantity_text(v) for k, v in (res.get("limits") or {}).items()},
+        }
+        classes = {}
+        for kind in ("rdt", "blockio"):
+            for key in contract_keys(kind, c["name"]):
+                if key in annotations:
+                    classes[kind] = annotations[key]
+                    break
+            else:
+                if configured and qos in config_classes[kind]:
+                    classes[kind] = qos
+        if classes:
+            out["classes"] = classes
+        return out
+
+    return {
+        "containers": {c["name"]: entry(c) for c in p["spec"]["containers"]},
+        "initContainers": {c["name"]: entry(c) for c in p["spec"].get("initContainers") or []},
+    }
+
+
+def run(p: dict[str, Any], policy: Policy = OPEN, namespace: str = "shop") -> dict[str, Any]:
+    """The pod after the webhook's patch."""
+    m = mutate_pod(p, namespace=namespace, policy=policy)
+    return apply(p, m.patch)
+
+
+# --- hypothesis strategies ---------------------------------------------------------------------
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
+quantity = st.one_of(
+    st.sampled_from(["100m", "1", "2", "0.5", "1500m", "1Gi", "512Mi", "128974848", "129e6", "1k"]),
+    st.integers(0, 10**6),
+    st.sampled_from([0.5, 1.0, 2.25]),
+)
+resource_names = st.sampled_from(
+    ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "example.com/gpu"]
+)
+resource_map = st.dictionaries(resource_names, quantity, max_size=4)
+class_names = st.sampled_from(["gold", "silver", "bronze", "Burstable", "a.b_c-9"])
+other_annotations = st.dictionaries(
+    st.from_regex(r"[a-z]{1,8}\.example/[a-z~/]{1,8}", fullmatch=True),
+    st.text(max_size=12),
+    max_size=4,
+)
+
+
+@st.composite
+def containers_of(draw: st.DrawFn, names_: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for n in names_:
+        shape = draw(st.sampled_from(["none", "empty", "some"]))
+        if shape == "none":
+            c = {"name": n}
+        elif shape == "empty":
+            c = {"name": n, "resources": {}}
+        else:
+            c = container(n, draw(st.none() | resource_map), draw(st.none() | resource_map))
+        out.append(c)
+    return out
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    all_names = draw(st.lists(names, min_size=1, max_size=6, unique=True))
+    split = draw(st.integers(1, len(all_names)))
+    main, init = all_names[:split], all_names[split:]
+    containers = draw(containers_of(main))
+    init_containers = draw(containers_of(init))
+    # Sidecars: init containers that keep running.
+    for c in init_containers:
+        if draw(st.booleans()):
+            c["restartPolicy"] = "Always"
+    annotations = draw(st.none() | other_annotations)
+    if annotations is not None and draw(st.booleans()):
+        # Class requests for real containers, unknown containers and the pod, every dialect.
+        for _ in range(draw(st.integers(0, 6))):
+            kind = draw(st.sampled_from(["rdt", "blockio"]))
+            target = draw(st.sampled_from([*all_names, "ghost"]))
+            key = draw(st.sampled_from(contract_keys(kind, target)))
+            annotations[key] = draw(class_names)
+    if annotations is not None and draw(st.booleans()):
+        annotations[RESOURCES_KEY] = draw(
+            st.sampled_from(
+                ['{"containers":{}}', "spoofed", '{"containers":{"x":{"classes":{"rdt":"gold"}}}}']
+            )
+        )
+    p = pod(containers, init_containers=init_containers or None, annotations=annotations)
+    if draw(st.booleans()):
+        p["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
+    return p
+
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(pods())
+def test_patch_gives_exactly_the_expected_annotation(p: dict[str, Any]) -> None:
+    out = run(p)
+    assert annotation(out) == expected(p)
+    # Nothing else changed: other annotations kept, the rest of the pod identical.
+    before = copy.deepcopy(p)
+    before["metadata"].setdefault("annotations", {})
+    before["metadata"]["annotations"] = dict(before["metadata"]["annotations"] or {})
+    before["metadata"]["annotations"].pop(RESOURCES_KEY, None)
+    after = copy.deepcopy(out)
+    del after["metadata"]["annotations"][RESOURCES_KEY]
+    assert after == before
+
+
+@FAST
+@given(pods())
+def test_second_pass_changes_nothing(p: dict[str, Any]) -> None:
+    m = mutate_pod(p, namespace="shop", policy=OPEN)
+    once = apply(p, m.patch)
+    assert mutate_pod(once, namespace="shop", policy=OPEN).patch == []
+    # The same patch applied again (a reinvocation that re-sent it) is a no-op.
+    assert apply(once, m.patch) == once
+
+
+@FAST
+@given(pods())
+def test_spoofed_annotation_is_always_overwritten(p: dict[str, Any]) -> None:
+    p["metadata"]["annotations"] = {**(p["metadata"].get("annotations") or {}), RESOURCES_KEY: "{}"}
+    m = mutate_pod(p, namespace="shop", policy=OPEN)
+    assert m.replaced == "{}"
+    assert annotation(apply(p, m.patch)) == expected(p)
+
+
+@FAST
+@given(pods())
+def test_memoized_mutator_agrees_with_a_fresh_computation(p: dict[str, Any]) -> None:
+    mutator = Mutator(OPEN)
+    first = mutator.mutate(p, "shop")
+    again = mutator.mutate(copy.deepcopy(p), "shop")
+    assert first == again == mutate_pod(p, namespace="shop", policy=OPEN)
+
+
+@st.composite
+def configured_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """Pods whose class requests the test configuration allows in namespace shop."""
+    p = draw(pods())
+    annotations = p["metadata"].get("annotations")
+    if annotations:
+        for key in list(annotations):
+            if is_request_key(key):
+                kind = "rdt" if "rdt" in key else "blockio"
+                allowed = ["silver", "gold", "Burstable"] if kind == "rdt" else ["throttled"]
+                annotations[key] = draw(st.sampled_from(allowed))
+    return p
+
+
+@FAST
+@given(configured_pods())
+def test_with_configuration_the_qos_class_is_the_default(p: dict[str, Any]) -> None:
+    assert annotation(run(p, CONFIGURED)) == expected(p, configured=True)
+
+
+def test_json_numbers_become_their_text() -> None:
+    assert quantity_text(2) == "2"
+    assert quantity_text(0.5) == "0.5"
+    assert quantity_text(2.0) == "2"
+    assert quantity_text("1500m") == "1500m"
+
+
+# --- the JSON Patch ----------------------------------------------------------------------------
+
+
+def test_key_is_escaped_in_the_patch_path() -> None:
+    assert escape_pointer_token("a~b/c") == "a~0b~1c"
+    assert ANNOTATION_PATH == "/metadata/annotations/resource-enforcer.dev~1resources"
+
+
+def test_absent_annotations_map_is_added_whole() -> None:
+    p = pod([container("app", {"cpu": "1"})])
+    patch = mutate_pod(p, namespace="shop", policy=OPEN).patch
+    assert patch == [
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {
+                RESOURCES_KEY: '{"containers":{"app":{"requests":{"cpu":"1"},"limits":{}}},'
+                '"initContainers":{}}'
+            },
+        }
+    ]
+
+
+def test_null_annotations_map_is_replaced() -> None:
+    p = pod([container("app")], annotations=None)
+    p["metadata"]["annotations"] = None
+    out = run(p)
+    assert annotation(out) == {
+        "containers": {"app": {"requests": {}, "limits": {}}},
+        "initContainers": {},
+    }
+
+
+def test_existing_annotations_are_kept() -> None:
+    p = pod([container("app")], annotations={"team": "shop", "a~b/c": "x"})
+    out = run(p)
+    assert out["metadata"]["annotations"]["team"] == "shop"
+    assert out["metadata"]["annotations"]["a~b/c"] == "x"
+    patch = mutate_pod(p, namespace="shop", policy=OPEN).patch
+    assert patch == [{"op": "add", "path": ANNOTATION_PATH, "value": patch[0]["value"]}]
+
+
+def test_pod_without_metadata_gets_it() -> None:
+    p = {"spec": {"containers": [{"name": "app"}]}}
+    assert annotation(run(p))["containers"] == {"app": {"requests": {}, "limits": {}}}
+
+
+def test_annotation_format_matches_the_contract_example() -> None:
+    p = pod(
+        [container("app", {"cpu": "2", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})],
+        init_containers=[container("setup", {"cpu": "100m"})],
+        annotations={
+            "rdtclass.resource-enforcer.dev/container.app": "gold",
+            "blockioclass.resource-enforcer.dev/container.app": "throttled",
+        },
+    )
+    value = build_annotation(p, namespace="shop", policy=OPEN)
+    assert value == (
+        '{"containers":{"app":{"requests":{"cpu":"2","memory":"1Gi"},'
+        '"limits":{"cpu":"2","memory":"1Gi"},"classes":{"rdt":"gold","blockio":"throttled"}}},'
+        '"initContainers":{"setup":{"requests":{"cpu":"100m"},"limits":{}}}}'
+    )
+
+
+def test_ephemeral_containers_are_left_out() -> None:
+    p = pod([container("app")])
+    p["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
+    out = annotation(run(p))
+    assert "debug" not in out["containers"] and "debug" not in out["initContainers"]
+
+
+def test_sidecars_are_init_containers_in_the_annotation() -> None:
+    p = pod(
+        [container("app", {"cpu": "1"})],
+        init_containers=[
+            container("setup", {"cpu": "100m"}),
+            container("proxy", {"cpu": "200m"}, restartPolicy="Always"),
+        ],
+    )
+    assert list(annotation(run(p))["initContainers"]) == ["setup", "proxy"]
+
+
+# --- class dialects and precedence -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["rdt", "blockio"])
+@pytest.mark.parametrize("level", range(8))
+def test_each_dialect_is_read(kind: str, level: int) -> None:
+    key = contract_keys(kind, "app")[level]
+    out = annotation(run(pod([container("app"), container("side")], annotations={key: "gold"})))
+    assert out["containers"]["app"]["classes"] == {kind: "gold"}
+    # Pod-level keys reach every container; container keys only their own.
+    assert ("classes" in out["containers"]["side"]) == key.endswith("/pod")
+
+
+@pytest.mark.parametrize("kind", ["rdt", "blockio"])
+@pytest.mark.parametrize("winner", range(8))
+def test_first_key_in_contract_order_wins(kind: str, winner: int) -> None:
+    keys = contract_keys(kind, "app")
+    annotations = {key: f"class{i}" for i, key in enumerate(keys) if i >= winner}
+    out = annotation(run(pod([container("app")], annotations=annotations)))
+    assert out["containers"]["app"]["classes"] == {kind: f"class{winner}"}
+
+
+def test_container_key_of_another_container_does_not_apply() -> None:
+    out = annotation(
+        run(
+            pod(
+                [container("app")],
+                annotations={"rdtclass.resource-enforcer.dev/container.db": "gold"},
+            )
+        )
+    )
+    assert "classes" not in out["containers"]["app"]
+
+
+def test_classes_only_when_something_resolved() -> None:
+    out = annotation(run(pod([container("app")], annotations={"team": "x"})))
+    assert out == {"containers": {"app": {"requests": {}, "limits": {}}}, "initContainers": {}}
+
+
+def test_only_the_kinds_that_resolved() -> None:
+    out = annotation(
+        run(pod([container("app")], annotations={"blockioclass.resource-enforcer.dev/pod": "slow"}))
+    )
+    assert out["containers"]["app"]["classes"] == {"blockio": "slow"}
+
+
+def test_qos_default_only_with_configuration() -> None:
+    p = pod([container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})])
+    assert "classes" not in annotation(run(p))["containers"]["app"]
+    # Guaranteed is a configured RDT class; no block I/O class is named after a QoS class.
+    assert annotation(run(p, CONFIGURED))["containers"]["app"]["classes"] == {"rdt": "Guaranteed"}
+    besteffort = pod([container("app")])
+    assert "classes" not in annotation(run(besteffort, CONFIGURED))["containers"]["app"]
+
+
+# --- denials -----------------------------------------------------------------------------------
+
+
+def deny(p: dict[str, Any], policy: Policy = OPEN, namespace: str = "shop") -> Denial:
+    with pytest.raises(Denial) as info:
+        mutate_pod(p, namespace=namespace, policy=policy)
+    return info.value
+
+
+@pytest.mark.parametrize("kind", ["rdt", "blockio"])
+@pytest.mark.parametrize("level", range(8))
+@pytest.mark.parametrize("bad", ["../etc", "-gold", "", "g" * 64, "a b", "system/default"])
+def test_malformed_class_names_are_denied_in_every_dialect(kind: str, level: int, bad: str) -> None:
+    key = contract_keys(kind, "app")[level]
+    denial = deny(pod([container("app")], annotations={key: bad}))
+    assert (denial.code, denial.reason) == (400, "malformed")
+    assert key in denial.message and f'"{bad}"' in denial.message
+    assert "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$" in denial.message
+
+
+def test_malformed_name_for_a_container_the_pod_lacks_is_denied() -> None:
+    denial = deny(
+        pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/container.typo": "$$"})
+    )
+    assert denial.reason == "malformed"
+
+
+def test_unknown_class_is_denied_with_the_configured_ones() -> None:
+    denial = deny(
+        pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/pod": "platinum"}),
+        CONFIGURED,
+    )
+    assert (denial.code, denial.reason) == (400, "unknown")
+    assert "rdtclass.resource-enforcer.dev/pod" in denial.message and "platinum" in denial.message
+    assert "Burstable, Guaranteed, gold, silver" in denial.message
+
+
+def test_unknown_class_is_accepted_without_configuration() -> None:
+    out = annotation(
+        run(pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/pod": "platinum"}))
+    )
+    assert out["containers"]["app"]["classes"] == {"rdt": "platinum"}
+
+
+def test_class_the_namespace_may_not_use_is_forbidden() -> None:
+    p = pod([container("app")], annotations={"rdt.resources.beta.kubernetes.io/pod": "gold"})
+    denial = deny(p, CONFIGURED, namespace="dev")
+    assert (denial.code, denial.reason) == (403, "forbidden")
+    assert "rdt.resources.beta.kubernetes.io/pod" in denial.message and '"gold"' in denial.message
+    assert "prod-*" in denial.message and "silver" in denial.message
+    assert (
+        annotation(run(p, CONFIGURED, namespace="prod-eu"))["containers"]["app"]["classes"]["rdt"]
+        == "gold"
+    )
+
+
+@pytest.mark.parametrize("scope", ["pod", "container.app", "container.other"])
+@pytest.mark.parametrize(
+    "name", ["prefer-isolated-cpus", "prefer-shared-cpus", "prefer-reserved-cpus", "cpu.preserve"]
+)
+@pytest.mark.parametrize(
+    "domain", ["resource-enforcer.dev", "resource-policy.nri.io", "cri-resource-manager.intel.com"]
+)
+def test_preference_values_other_than_true_false_are_denied(
+    scope: str, name: str, domain: str
+) -> None:
+    key = f"{name}.{domain}/{scope}"
+    for good in ("true", "false"):
+        run(pod([container("app")], annotations={key: good}))
+    denial = deny(pod([container("app")], annotations={key: "yes"}))
+    assert (denial.code, denial.reason) == (400, "preference")
+    assert (
+        key in denial.message
+        and '"yes"' in denial.message
+        and '"true" or "false"' in denial.message
+    )
+
+
+@pytest.mark.parametrize("bad", ["1.5.3", "abc", "1Zi", "--1", "NaN", "Infinity", " 1"])
+def test_bad_quantity_is_denied(bad: str) -> None:
+    denial = deny(pod([container("app", {"ephemeral-storage": bad})]))
+    assert (denial.code, denial.reason) == (400, "quantity")
+    assert bad in denial.message and "app" in denial.message
+
+
+def test_request_key_filter_covers_every_class_and_preference_key() -> None:
+    from enforcer.annotations import class_keys, preference_keys
+    from enforcer.annotations.preferences import PREFERENCES
+
+    for kind in ("rdt", "blockio"):
+        assert all(is_request_key(k) for k in class_keys(kind, "c"))  # type: ignore[arg-type]
+    for name in PREFERENCES:
+        assert all(is_request_key(k) for k in preference_keys(name, "c"))
+    assert not is_request_key("kubectl.kubernetes.io/restartedAt")
+
+
+def test_annotation_is_deterministic_json() -> None:
+    p = pod([container("b", {"memory": "1Gi", "cpu": "1"}), container("a")])
+    value = build_annotation(p, namespace="shop", policy=OPEN)
+    assert value == build_annotation(copy.deepcopy(p), namespace="shop", policy=OPEN)
+    assert list(json.loads(value)["containers"]) == ["b", "a"]  # spec order
+    assert list(json.loads(value)["containers"]["b"]["requests"]) == ["memory", "cpu"]

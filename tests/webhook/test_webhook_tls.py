@@ -1,0 +1,468 @@
+"""Over real TLS: `resource-webhook serve` started by its console script with certificates from
+`resource-webhook certs`, driven with curl and httpx like the API server would drive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from wh_support import (
+    MALFORMED,
+    RESOURCES_KEY,
+    WebhookServer,
+    annotation,
+    apply,
+    body,
+    container,
+    decode_patch,
+    deployment_pod,
+    pod,
+    review,
+)
+
+from webhook.certs import write_certs
+
+pytestmark = pytest.mark.tls
+
+CURL = shutil.which("curl")
+
+Poster = Callable[[WebhookServer, Path, dict[str, Any], str], tuple[int, dict[str, Any]]]
+
+
+def curl_post(
+    server: WebhookServer, ca: Path, r: dict[str, Any], path: str = "/mutate"
+) -> tuple[int, dict]:
+    assert CURL, "curl is needed for these tests (apt-get install curl)"
+    data = Path(server.log_path.parent) / f"body-{os.getpid()}.json"
+    data.write_bytes(body(r))
+    out = subprocess.run(
+        [CURL, "-sS", "--cacert", str(ca), "-H", "Content-Type: application/json",
+         "--data-binary", f"@{data}", "-w", "\n%{http_code}", f"{server.url}{path}"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    text, status = out.stdout.rsplit("\n", 1)
+    return int(status), json.loads(text)
+
+
+def httpx_post(
+    server: WebhookServer, ca: Path, r: dict[str, Any], path: str = "/mutate"
+) -> tuple[int, dict]:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    resp = httpx.post(f"{server.url}{path}", content=body(r), verify=ctx, timeout=10,
+                      headers={"Content-Type": "application/json"})  # fmt: skip
+    return resp.status_code, resp.json()
+
+
+POSTERS = {"curl": curl_post, "httpx": httpx_post}
+
+
+def shapes() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Pods of real shape, with the annotation the webhook must leave on each."""
+    app = {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    envoy = {
+        "requests": {"cpu": "250m", "memory": "128Mi"},
+        "limits": {"cpu": "500m", "memory": "256Mi"},
+    }
+    migrate = {"requests": {"cpu": "100m"}, "limits": {}}
+    out = {
+        "deployment pod": (
+            deployment_pod(),
+            # Burstable pod: the configured RDT class named Burstable is the default.
+            {
+                "containers": {
+                    "app": {**app, "classes": {"rdt": "Burstable"}},
+                    "envoy": {**envoy, "classes": {"rdt": "Burstable"}},
+                },
+                "initContainers": {"migrate": {**migrate, "classes": {"rdt": "Burstable"}}},
+            },
+        ),
+        "no annotations": (
+            pod([container("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})]),
+            {
+                "containers": {
+                    "app": {
+                        "requests": {"cpu": "1", "memory": "1Gi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        "classes": {"rdt": "Guaranteed"},
+                    }
+                },
+                "initContainers": {},
+            },
+        ),
+        "init containers and sidecars": (
+            pod(
+                [container("app"), container("logger")],
+                init_containers=[
+                    container("setup", {"cpu": "100m"}),
+                    container("mesh", {"cpu": "200m", "memory": "64Mi"}, restartPolicy="Always"),
+                ],
+                annotations={"blockioclass.resource-enforcer.dev/container.mesh": "throttled"},
+            ),
+            {
+                "containers": {
+                    "app": {"requests": {}, "limits": {}, "classes": {"rdt": "Burstable"}},
+                    "logger": {"requests": {}, "limits": {}, "classes": {"rdt": "Burstable"}},
+                },
+                "initContainers": {
+                    "setup": {
+                        "requests": {"cpu": "100m"},
+                        "limits": {},
+                        "classes": {"rdt": "Burstable"},
+                    },
+                    "mesh": {
+                        "requests": {"cpu": "200m", "memory": "64Mi"},
+                        "limits": {},
+                        "classes": {"rdt": "Burstable", "blockio": "throttled"},
+                    },
+                },
+            },
+        ),
+        "spoofed annotation": (
+            pod(
+                [container("app")],
+                annotations={
+                    RESOURCES_KEY: json.dumps({"containers": {"app": {"classes": {"rdt": "gold"}}}})
+                },
+            ),
+            {"containers": {"app": {"requests": {}, "limits": {}}}, "initContainers": {}},
+        ),
+    }
+    dialects = {
+        "rdt": [
+            "rdtclass.resource-enforcer.dev/container.app",
+            "rdtclass.resource-policy.nri.io/container.app",
+            "rdtclass.cri-resource-manager.intel.com/container.app",
+            "rdt.resources.beta.kubernetes.io/container.app",
+            "rdtclass.resource-enforcer.dev/pod",
+            "rdtclass.resource-policy.nri.io/pod",
+            "rdtclass.cri-resource-manager.intel.com/pod",
+            "rdt.resources.beta.kubernetes.io/pod",
+        ],
+        "blockio": [
+            "blockioclass.resource-enforcer.dev/container.app",
+            "blockioclass.resource-policy.nri.io/container.app",
+            "blockioclass.cri-resource-manager.intel.com/container.app",
+            "blockio.resources.beta.kubernetes.io/container.app",
+            "blockioclass.resource-enforcer.dev/pod",
+            "blockioclass.resource-policy.nri.io/pod",
+            "blockioclass.cri-resource-manager.intel.com/pod",
+            "blockio.resources.beta.kubernetes.io/pod",
+        ],
+    }
+    for kind, keys in dialects.items():
+        value = "silver" if kind == "rdt" else "throttled"
+        for key in keys:
+            out[f"dialect {key}"] = (
+                pod([container("app")], annotations={key: value}),
+                {
+                    "containers": {"app": {"requests": {}, "limits": {}, "classes": {kind: value}}},
+                    "initContainers": {},
+                },
+            )
+    return out
+
+
+SHAPES = shapes()
+
+
+@pytest.mark.parametrize("client", POSTERS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_patch_decodes_to_the_expected_annotation(
+    server: WebhookServer, certs: Path, client: str, shape: str
+) -> None:
+    obj, wanted = SHAPES[shape]
+    r = review(obj)
+    status, out = POSTERS[client](server, certs / "ca.crt", r, "/mutate")
+    assert status == 200
+    assert (
+        out["apiVersion"] == "admission.k8s.io/v1" and out["response"]["uid"] == r["request"]["uid"]
+    )
+    patched = apply(obj, decode_patch(out))
+    assert annotation(patched) == wanted
+    # What the pod's author wrote next to it is kept; the rest of the pod is untouched.
+    for key, value in (obj["metadata"].get("annotations") or {}).items():
+        if key != RESOURCES_KEY:
+            assert patched["metadata"]["annotations"][key] == value
+    assert patched["spec"] == obj["spec"]
+
+
+@pytest.mark.parametrize("client", POSTERS)
+def test_v1beta1_and_root_path(server: WebhookServer, certs: Path, client: str) -> None:
+    r = review(deployment_pod(), api_version="admission.k8s.io/v1beta1")
+    status, out = POSTERS[client](server, certs / "ca.crt", r, "/")
+    assert status == 200 and out["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert annotation(apply(r["request"]["object"], decode_patch(out)))["containers"]["app"]
+
+
+@pytest.mark.parametrize("client", POSTERS)
+def test_denial_over_tls(server: WebhookServer, certs: Path, client: str) -> None:
+    p = pod(
+        [container("app")],
+        annotations={"rdtclass.resource-enforcer.dev/pod": "gold"},
+        namespace="dev",
+    )
+    status, out = POSTERS[client](server, certs / "ca.crt", review(p, namespace="dev"), "/mutate")
+    assert status == 200 and out["response"]["allowed"] is False
+    assert out["response"]["status"]["code"] == 403
+    message = out["response"]["status"]["message"]
+    assert (
+        "rdtclass.resource-enforcer.dev/pod" in message
+        and '"gold"' in message
+        and "prod-*" in message
+    )
+
+
+def test_without_config_any_well_formed_class_goes(plain_client: httpx.Client) -> None:
+    p = pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/pod": "platinum"})
+    out = plain_client.post("/mutate", content=body(review(p))).json()
+    assert annotation(apply(p, decode_patch(out)))["containers"]["app"]["classes"] == {
+        "rdt": "platinum"
+    }
+
+
+def test_already_mutated_pod_comes_back_unchanged(client: httpx.Client) -> None:
+    p = deployment_pod()
+    once = apply(p, decode_patch(client.post("/mutate", content=body(review(p))).json()))
+    again = client.post("/mutate", content=body(review(once, operation="UPDATE", old=once))).json()
+    assert again["response"]["allowed"] is True and "patch" not in again["response"]
+
+
+@pytest.mark.parametrize(("name", "raw", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_bodies_get_400_with_the_field(
+    client: httpx.Client, name: str, raw: bytes, message: str
+) -> None:
+    r = client.post("/mutate", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"].startswith(message)
+
+
+def test_body_over_3_mib_declared_is_413(client: httpx.Client) -> None:
+    r = client.post("/mutate", content=b" " * (3 * 1024 * 1024 + 1))
+    assert r.status_code == 413 and "3 MiB" in r.json()["error"]
+
+
+def test_body_over_3_mib_chunked_is_413(client: httpx.Client) -> None:
+    r = client.post("/mutate", content=iter([b" " * (1024 * 1024)] * 4))
+    assert r.status_code == 413
+
+
+def test_body_over_3_mib_with_curl_expect_continue_is_413(
+    server: WebhookServer, certs: Path, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (4 * 1024 * 1024))
+    out = subprocess.run(
+        [str(CURL), "-sS", "--cacert", str(certs / "ca.crt"), "--data-binary", f"@{big}",
+         "-w", "\n%{http_code}", f"{server.url}/mutate"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    text, status = out.stdout.rsplit("\n", 1)
+    assert status == "413" and "3 MiB" in json.loads(text)["error"]
+
+
+def test_bad_content_length_is_400(server: WebhookServer, tls_context: ssl.SSLContext) -> None:
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        tls_context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 12x\r\n\r\n{}")
+        answer = tls.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 400")  # h11 refuses it before the app sees it
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/mutate", 405), ("GET", "/nope", 404), ("DELETE", "/", 405)],
+)
+def test_wrong_method_or_path(client: httpx.Client, method: str, path: str, status: int) -> None:
+    assert client.request(method, path).status_code == status
+
+
+def test_probes_and_metrics(client: httpx.Client) -> None:
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert "resource_webhook_request_duration_seconds_bucket" in metrics.text
+
+
+def _value(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{series} missing")
+
+
+def test_metrics_change(client: httpx.Client) -> None:
+    series = [
+        'resource_webhook_requests_total{outcome="patched"}',
+        'resource_webhook_requests_total{outcome="denied"}',
+        'resource_webhook_requests_total{outcome="invalid"}',
+        'resource_webhook_requests_total{outcome="ignored"}',
+        'resource_webhook_denials_total{reason="forbidden"}',
+        'resource_webhook_denials_total{reason="preference"}',
+        "resource_webhook_request_duration_seconds_count",
+    ]
+    before = client.get("/metrics").text
+    client.post("/mutate", content=body(review(deployment_pod(name="m-1", generate_name=None))))
+    forbidden = pod(
+        [container("a")], annotations={"blockioclass.resource-enforcer.dev/pod": "fast"}
+    )
+    client.post("/mutate", content=body(review(forbidden)))
+    bad_pref = pod([container("a")], annotations={"cpu.preserve.resource-enforcer.dev/pod": "1"})
+    client.post("/mutate", content=body(review(bad_pref)))
+    client.post("/mutate", content=b"{")
+    client.post("/mutate", content=body(review(None, operation="DELETE")))
+    after = client.get("/metrics").text
+    deltas = [_value(after, s) - _value(before, s) for s in series]
+    assert deltas == [1, 2, 1, 1, 1, 1, 5]
+
+
+def test_logs_carry_uid_namespace_and_pod(server: WebhookServer, client: httpx.Client) -> None:
+    p = pod(
+        [container("app")],
+        annotations={"rdtclass.resource-enforcer.dev/pod": "ünicode"},
+        name="web-42",
+    )
+    client.post("/mutate", content=body(review(p, uid="uid-log-test", namespace="shop")))
+    client.post("/mutate", content=body(review(deployment_pod(), uid="uid-log-ok")))
+    records = server.log_records()
+    denied = next(r for r in records if r.get("uid") == "uid-log-test")
+    assert (denied["namespace"], denied["pod"], denied["outcome"]) == ("shop", "web-42", "denied")
+    patched = next(r for r in records if r.get("uid") == "uid-log-ok")  # --log-level debug
+    assert patched["outcome"] == "patched" and patched["pod"] == "web-7d4b9c8f6d-*"
+
+
+# --- TLS itself --------------------------------------------------------------------------------
+
+
+def _handshake(server: WebhookServer, ca: Path, **versions: ssl.TLSVersion) -> str | None:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    for attr, value in versions.items():
+        setattr(ctx, attr, value)
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        return tls.version()
+
+
+def test_tls_1_3_and_1_2_are_served(server: WebhookServer, certs: Path) -> None:
+    assert _handshake(server, certs / "ca.crt") == "TLSv1.3"
+    assert _handshake(server, certs / "ca.crt", maximum_version=ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion:DeprecationWarning")
+def test_tls_below_1_2_is_refused(server: WebhookServer, certs: Path) -> None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(str(certs / "ca.crt"))
+    # The client is allowed down to TLS 1.0 (at OpenSSL's lowest security level) and offers
+    # no more than 1.1: only the server's minimum can make this fail.
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+    ctx.minimum_version = ssl.TLSVersion.TLSv1
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLError),
+    ):
+        ctx.wrap_socket(raw, server_hostname="localhost")
+    out = subprocess.run(
+        [str(CURL), "-sS", "--cacert", str(certs / "ca.crt"), "--tlsv1.0", "--tls-max", "1.1",
+         f"{server.url}/healthz"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert out.returncode != 0
+
+
+def test_certificate_is_valid_for_the_ip_and_the_names(server: WebhookServer, certs: Path) -> None:
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    assert httpx.get(f"https://127.0.0.1:{server.port}/healthz", verify=ctx).status_code == 200
+
+
+# --- rotation ----------------------------------------------------------------------------------
+
+
+def _kubelet_volume(root: Path, source: Path, generation: int) -> None:
+    """Files laid out the way the kubelet projects a Secret, updated the way it updates them:
+    a new timestamped folder, then one atomic swap of the `..data` symlink."""
+    folder = root / f"..2026_11_22_{generation:02d}"
+    folder.mkdir()
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        shutil.copy(source / name, folder / name)
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(folder.name)
+    os.replace(tmp, root / "..data")
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        link = root / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+
+
+def _verified(url: str, ca: Path) -> bool:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        return httpx.get(f"{url}/healthz", verify=ctx, timeout=5).status_code == 200
+    except httpx.ConnectError as exc:
+        assert "CERTIFICATE_VERIFY_FAILED" in str(exc), exc
+        return False
+
+
+def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
+    old = write_certs("resource-webhook", "resource-enforcer", tmp_path / "old")
+    new = write_certs("resource-webhook", "resource-enforcer", tmp_path / "new")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    _kubelet_volume(volume, tmp_path / "old", 1)
+    server = WebhookServer(tmp_path, volume / "tls.crt", volume / "tls.key")
+    try:
+        server.wait_ready(old.ca_crt)
+        keep_alive = httpx.Client(
+            base_url=server.url, verify=ssl.create_default_context(cafile=str(old.ca_crt))
+        )
+        assert keep_alive.post("/mutate", content=body(review(deployment_pod()))).status_code == 200
+
+        _kubelet_volume(volume, tmp_path / "new", 2)
+
+        # New connections get the new certificate at once, by name and by IP (no SNI).
+        assert _verified(server.url, new.ca_crt)
+        assert _verified(f"https://127.0.0.1:{server.port}", new.ca_crt)
+        assert not _verified(server.url, old.ca_crt)
+        status, _ = curl_post(server, new.ca_crt, review(deployment_pod()))
+        assert status == 200
+        # The connection opened before the rotation carries on.
+        assert keep_alive.post("/mutate", content=body(review(deployment_pod()))).status_code == 200
+        keep_alive.close()
+
+        metrics = httpx.get(
+            f"{server.url}/metrics", verify=ssl.create_default_context(cafile=str(new.ca_crt))
+        ).text
+        assert _value(metrics, 'resource_webhook_certificate_reloads_total{result="success"}') == 1
+        assert any(r["msg"] == "certificate reloaded" for r in server.log_records())
+    finally:
+        assert server.stop() == 0
+
+
+def test_rotation_by_overwriting_the_files(tmp_path: Path) -> None:
+    """`resource-webhook certs` run again into the folder the server reads (atomic renames)."""
+    served = tmp_path / "served"
+    first = write_certs("resource-webhook", "resource-enforcer", served)
+    server = WebhookServer(tmp_path, served / "tls.crt", served / "tls.key")
+    try:
+        server.wait_ready(first.ca_crt)
+        old_ca = tmp_path / "old-ca.crt"
+        shutil.copy(first.ca_crt, old_ca)
+        second = write_certs("resource-webhook", "resource-enforcer", served, new_ca=True)
+        assert _verified(server.url, second.ca_crt)
+        assert not _verified(server.url, old_ca)
+    finally:
+        assert server.stop() == 0
