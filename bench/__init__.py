@@ -16,6 +16,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.webhook",
         "admission webhook vs a bare ASGI app over the same TLS: throughput, p50/p99",
     ),
+    "relay": (
+        "bench.relay",
+        "the enforcer's relay vs direct calls to the same containerd: p50/p99, create cycles",
+    ),
     "policy": (
         "bench.policy",
         "static and topology-aware decisions with 500 containers on 144 CPUs: rate, p99, memory",

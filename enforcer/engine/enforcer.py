@@ -84,6 +84,7 @@ class Enforcer:
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = classes
         self._topology_state = topology.to_dict()  # the machine does not change under us
+        self.dirty = False  # changes not yet written to the state file
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
@@ -92,7 +93,13 @@ class Enforcer:
 
     # -- persistence -------------------------------------------------------------------------
 
+    def flush(self) -> None:
+        """Writes changes that were left for later (see `container_created`)."""
+        if self.dirty:
+            self.persist()
+
     def persist(self, *, durable: bool = False) -> None:
+        self.dirty = False
         self._count_cpus()
         self.store.save(
             {
@@ -202,7 +209,9 @@ class Enforcer:
         self.sequence += 1
         tracked.bound_at = self.sequence
         self.repin()
-        self.persist()
+        # Not written now: which container is which is found again from the runtime after a
+        # crash, and kubelet is waiting for this answer. `flush` writes it shortly after.
+        self.dirty = True
 
     def create_failed(self, key: str, details: str) -> None:
         tracked = self.ledger.by_key.get(key)

@@ -8,6 +8,7 @@ and the relay's event loop keeps passing other calls meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 RUNTIME = "/runtime.v1.RuntimeService/"
 OK = grpc.StatusCode.OK.value[0]
 T = TypeVar("T")
+FLUSH_DELAY_SECONDS = 0.2
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 
@@ -35,9 +37,28 @@ class CRIService:
     def __init__(self, enforcer: Enforcer) -> None:
         self.enforcer = enforcer
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="enforcer")
+        self._flush_pending = False
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
+
+    def _flush_soon(self) -> None:
+        """Writes the state shortly after, once for a burst of changes."""
+        if self._flush_pending:
+            return
+        self._flush_pending = True
+        loop = asyncio.get_running_loop()
+
+        def flush() -> None:
+            self._flush_pending = False
+            self.enforcer.flush()
+
+        def submit() -> None:
+            # After close() the worker is gone; the final durable write covers this change.
+            with contextlib.suppress(RuntimeError):
+                self._worker.submit(flush)
+
+        loop.call_later(FLUSH_DELAY_SECONDS, submit)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
@@ -70,6 +91,7 @@ class CRIService:
             if response.status == OK and response.message is not None:
                 reply = api_pb2.CreateContainerResponse.FromString(response.message)
                 await self.run(self.enforcer.container_created, key, reply.container_id)
+                self._flush_soon()
             else:
                 await self.run(self.enforcer.create_failed, key, response.details)
 
