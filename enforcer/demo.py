@@ -26,6 +26,7 @@ import jsonpatch
 
 from enforcer.devenv.containerd import PrivateContainerd, containerd_available
 from enforcer.devenv.enforcer_process import EnforcerProcess, console_script
+from enforcer.devenv.fake_resctrl import FakeResctrl
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
 from enforcer.emulator import KubeletEmulator
 
@@ -54,6 +55,13 @@ def demo_config(path: Path) -> None:
 policy:
   name: static
   reservedCPUs: "0"
+rdt:
+  partitions:
+    all:
+      l3Allocation: "100%"
+      classes:
+        gold: {l3Allocation: "60%"}
+        bronze: {l3Allocation: "0-1"}
 blockio:
   Classes:
     throttled:
@@ -68,7 +76,12 @@ classAccess:
 
 
 PODS = [
-    manifest("latency-critical", sleeper(resources=guaranteed("1", "64Mi")), namespace="demo"),
+    manifest(
+        "latency-critical",
+        sleeper(resources=guaranteed("1", "64Mi")),
+        namespace="demo",
+        annotations={"rdtclass.resource-enforcer.dev/pod": "gold"},
+    ),
     manifest(
         "batch",
         sleeper(
@@ -78,7 +91,10 @@ PODS = [
             }
         ),
         namespace="demo",
-        annotations={"blockioclass.resource-enforcer.dev/pod": "throttled"},
+        annotations={
+            "blockioclass.resource-enforcer.dev/pod": "throttled",
+            "rdt.resources.beta.kubernetes.io/pod": "bronze",
+        },
     ),
     manifest("best-effort", sleeper(), namespace="demo"),
     # Spoofs the resources annotation: the webhook overwrites it.
@@ -200,6 +216,18 @@ def cgroup_line(pod: Any, controller: str, file: str) -> str:
         return f"({exc.strerror})"
 
 
+def rdt_group(root: Path, pod: Any) -> str:
+    """The resctrl group whose tasks hold the container's threads, read back from the files."""
+    try:
+        threads = set(Path(pod.cgroup_path("cpuset", "app"), "tasks").read_text().split())
+    except OSError:
+        return "-"
+    for group in sorted(p for p in root.iterdir() if (p / "tasks").exists()):
+        if group != root and threads & set((group / "tasks").read_text().split()):
+            return group.name
+    return "(root)"
+
+
 def main() -> int:
     reason = containerd_available()
     if reason:
@@ -254,8 +282,14 @@ def main() -> int:
         say(f"   serving https://localhost:{port}/mutate")
 
         heading("3. the enforcer in front of containerd (static policy, CPU 0 reserved)")
+        # This machine has no RDT: a folder laid out as the kernel's resctrl stands in for it.
+        resctrl = FakeResctrl(workdir / "resctrl")
+        say(f"   RDT: no resctrl on this machine; a stand-in resctrl tree at {resctrl.root}")
         enforcer = EnforcerProcess(
-            workdir / "enforcer", runtime_socket=containerd.socket, config=str(config)
+            workdir / "enforcer",
+            runtime_socket=containerd.socket,
+            config=str(config),
+            extra_args=["--resctrl-root", str(resctrl.root)],
         )
         enforcer.start()
         stack.callback(enforcer.stop)
@@ -277,14 +311,21 @@ def main() -> int:
                 say(f"   not started: {exc}")
 
         heading("5. what the kernel enforces, read from each container's cgroup")
-        say(f"   {'POD':<18} {'QOS':<11} {'cpuset.cpus':<12} {'cpuset.mems':<12} blkio read bps")
+        say(
+            f"   {'POD':<18} {'QOS':<11} {'cpuset.cpus':<12} {'cpuset.mems':<12} "
+            f"{'RDT group':<10} blkio read bps"
+        )
         for pod in running:
             say(
                 f"   {pod.name:<18} {pod.qos:<11} "
                 f"{cgroup_line(pod, 'cpuset', 'cpuset.cpus'):<12} "
                 f"{cgroup_line(pod, 'cpuset', 'cpuset.mems'):<12} "
+                f"{rdt_group(resctrl.root, pod):<10} "
                 f"{cgroup_line(pod, 'blkio', 'blkio.throttle.read_bps_device')}"
             )
+        for name in ("gold", "bronze"):
+            schemata = (resctrl.root / name / "schemata").read_text().strip()
+            say(f"   resctrl group {name}: schemata {schemata}")
 
         heading("6. resource-enforcer status")
         out = enforcer.run_cli("status", "--state-dir", enforcer.state_dir)

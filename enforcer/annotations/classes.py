@@ -56,6 +56,12 @@ def is_class_key(key: str) -> ClassKind | None:
     return None
 
 
+def is_runtime_class_key(key: str) -> bool:
+    """A class key that containerd's own RDT and block-I/O support reads too (the Kubernetes
+    beta dialect); the enforcer takes these classes over, so the runtime must not see them."""
+    return any(key.startswith(f"{domain}/") for domain in _BETA_DOMAIN.values())
+
+
 @dataclass(frozen=True)
 class ClassAccess:
     """`classAccess` of the configuration: class -> namespace globs. Unlisted classes are open."""
@@ -176,6 +182,7 @@ __all__ = [
     "class_keys",
     "container_key",
     "is_class_key",
+    "is_runtime_class_key",
     "pod_key",
     "resolve_class",
     "validate_class_annotations",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import grpc
 
+from enforcer.annotations.classes import is_runtime_class_key
 from enforcer.config import Config
 from enforcer.cri import api_pb2
 from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_create_container
@@ -177,6 +178,7 @@ class Enforcer:
             self.metrics.refusals.labels(exc.code.name).inc()
             raise Refused(exc.code, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
+        _hide_class_annotations(request)
         resources = request.config.linux.resources
         _pin(resources, placement)
         tracked = Tracked(
@@ -458,6 +460,15 @@ def _shown(decided: CPUSet | None, applied: str | None) -> str | None:
 def _label_key(container: RuntimeContainer) -> str | None:
     uid = container.labels.get("io.kubernetes.pod.uid")
     return f"{uid}/{container.name}" if uid else None
+
+
+def _hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:
+    """containerd applies RDT and block-I/O classes named in the beta-dialect annotations
+    itself, and refuses the container where it has no RDT of its own: the enforcer has applied
+    them, so the runtime does not get to see them."""
+    for mapping in (request.sandbox_config.annotations, request.config.annotations):
+        for key in [k for k in mapping if is_runtime_class_key(k)]:
+            del mapping[key]
 
 
 def _pin(resources: api_pb2.LinuxContainerResources, placement: Placement) -> None:

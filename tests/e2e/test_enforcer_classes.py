@@ -108,6 +108,25 @@ def test_rdt_class_holds_the_containers_real_processes(setup, kubelet: KubeletEm
     assert (resctrl.root / "silver" / "schemata").read_text().strip() == "L3:0=f;1=f"
 
 
+def test_beta_dialect_classes_are_taken_over_from_containerd(
+    setup, kubelet: KubeletEmulator
+) -> None:
+    # containerd reads these annotations itself and would refuse the container ("RDT not
+    # initialized"): the enforcer applies the classes and keeps them from the runtime.
+    _, resctrl, _ = setup
+    pod = kubelet.run_pod(
+        classy(
+            "beta",
+            **{
+                "rdt.resources.beta.kubernetes.io/pod": "silver",
+                "blockio.resources.beta.kubernetes.io/pod": "throttled",
+            },
+        )
+    )
+    assert tids(pod) <= {int(t) for t in (resctrl.root / "silver" / "tasks").read_text().split()}
+    assert blkio(pod, "read_bps") == f"{DISK_KEY} 50000000\n"
+
+
 def test_blockio_class_writes_the_real_disks_throttles(setup, kubelet: KubeletEmulator) -> None:
     pod = kubelet.run_pod(
         classy("throttled", **{"blockio.resources.beta.kubernetes.io/pod": "throttled"})
@@ -133,7 +152,7 @@ def test_changed_class_definitions_reach_running_containers(
         # A refused configuration keeps the last good one.
         config.write_text(config_text("20M") + "bogus: 1\n")
         deadline = time.monotonic() + 15
-        while "refused, keeping the last good one" not in proc.log_tail(400):
+        while "bogus: Extra inputs are not permitted" not in proc.log_tail(400):
             assert time.monotonic() < deadline, proc.log_tail()
             time.sleep(0.1)
         assert blkio(pod, "read_bps") == f"{DISK_KEY} 20000000\n"
