@@ -123,30 +123,42 @@ class Enforcer:
     # -- configuration -----------------------------------------------------------------------
 
     def reconfigure(self, config: Config) -> list[str]:
-        """Applies a new configuration to everything running; returns what had to move.
+        """Applies a new configuration to everything running; returns, by container, what
+        had to move.
 
-        Containers keep their CPUs where the new configuration allows; those that no longer
-        fit go to the shared pool (never left on CPUs someone else may now hold), and each is
-        reported by name. Raises ConfigError when the configuration does not fit the machine;
-        then nothing changes.
+        Containers keep their CPUs where the new configuration allows; those whose CPUs are
+        no longer theirs to keep are placed anew, on the shared pool if nothing else fits
+        (never left on CPUs someone else may now hold). Raises ConfigError when the
+        configuration does not fit the machine; then nothing changes.
         """
         policy = make_policy(self.topology, config.policy)
         if self.controllers is not None:
             self.controllers.configure(config)
-        problems = policy.restore(self.policy.to_state())
+        failures = dict(_by_name(p) for p in policy.restore(self.policy.to_state()))
+        notes = []
         for key, admitted in self.policy.admitted.items():
-            if key in policy.admitted:
-                continue
             request = admitted.request
-            fallback = replace(request, preferences=replace(request.preferences, shared=True))
-            try:
-                policy.admit(fallback)
-            except PlacementError as exc:
-                problems.append(
-                    f"{request.namespace}/{request.pod_name}/{request.container}: {exc}"
-                )
-        for problem in problems:
-            log.warning("after reconfiguration: %s; placed on the shared pool", problem)
+            name = f"{request.namespace}/{request.pod_name}/{request.container}"
+            if key not in policy.admitted:
+                shared = replace(request, preferences=replace(request.preferences, shared=True))
+                try:
+                    policy.admit(shared)
+                    notes.append(
+                        f"{name}: {failures.get(name, 'no longer fits')}; placed on the shared pool"
+                    )
+                except PlacementError as exc:
+                    # Nowhere at all: left as it runs, and said loudly.
+                    policy.admit(
+                        replace(request, preferences=replace(request.preferences, preserve=True))
+                    )
+                    notes.append(f"{name}: cannot be placed ({exc}); left where it runs")
+                    log.error("after reconfiguration, %s cannot be placed: %s", name, exc)
+                continue
+            before, after = admitted.exclusive, policy.admitted[key].exclusive
+            if before != after:
+                notes.append(f"{name}: exclusive CPUs {before or 'none'} -> {after or 'none'}")
+        for note in notes:
+            log.warning("after reconfiguration: %s", note)
         self.config = config
         self.policy = policy
         self.classes = class_settings(config)
@@ -160,7 +172,7 @@ class Enforcer:
                         admitted.request, tracked.cgroup_parent, tracked.container_id
                     )
         self.persist(durable=True)
-        return problems
+        return notes
 
     # -- CRI events --------------------------------------------------------------------------
 
@@ -460,6 +472,12 @@ def _shown(decided: CPUSet | None, applied: str | None) -> str | None:
 def _label_key(container: RuntimeContainer) -> str | None:
     uid = container.labels.get("io.kubernetes.pod.uid")
     return f"{uid}/{container.name}" if uid else None
+
+
+def _by_name(problem: str) -> tuple[str, str]:
+    """Policy.restore's "ns/pod/container: reason" split in two."""
+    name, _, reason = problem.partition(": ")
+    return name, reason
 
 
 def _hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:

@@ -55,11 +55,11 @@ def cpus_of(pod: RunningPod, container: str = "app") -> CPUSet:
     return CPUSet.parse(Path(pod.cgroup_path("cpuset", container), "cpuset.cpus").read_text())
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:
+def wait_for(predicate, timeout: float = 10.0, why=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"condition not met in time\n{why()}")
         time.sleep(0.05)
 
 
@@ -246,3 +246,36 @@ def _answers(kubelet: KubeletEmulator) -> bool:
         return True
     except grpc.RpcError:
         return False
+
+
+def test_reconfiguration_moves_what_no_longer_fits(
+    containerd: PrivateContainerd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f'policy: {{name: static, reservedCPUs: "{RESERVED}"}}\n')
+    proc = EnforcerProcess(
+        tmp_path / "reconf", runtime_socket=containerd.socket, config=str(config)
+    )
+    proc.start()
+    try:
+        with KubeletEmulator(proc.relay_socket, log_root=tmp_path / "pods") as kubelet:
+            exclusive = kubelet.run_pod(manifest("holder", sleeper(resources=guaranteed("1"))))
+            shared = kubelet.run_pod(manifest("sharer", sleeper()))
+            held = cpus_of(exclusive)
+            assert cpus_of(shared) == ALL - held
+            # The CPU it holds becomes reserved: it moves to another, and the log says so.
+            config.write_text(f'policy: {{name: static, reservedCPUs: "{held}"}}\n')
+            wait_for(lambda: cpus_of(exclusive) == RESERVED, timeout=15, why=proc.log_tail)
+            wait_for(lambda: cpus_of(shared) == ALL - RESERVED, timeout=15, why=proc.log_tail)
+            assert f"e2e/holder/app: exclusive CPUs {held} -> {RESERVED}" in proc.log_tail(200)
+            # Every CPU reserved: nothing left to hold alone, so it joins the shared pool.
+            config.write_text(f'policy: {{name: static, reservedCPUs: "{ALL}"}}\n')
+            wait_for(lambda: cpus_of(exclusive) == ALL, timeout=15, why=proc.log_tail)
+            wait_for(lambda: cpus_of(shared) == ALL, timeout=15, why=proc.log_tail)
+            assert "e2e/holder/app" in proc.log_tail(50) and "shared pool" in proc.log_tail(50)
+            # A configuration that does not fit the machine is refused; nothing moves.
+            config.write_text('policy: {name: static, reservedCPUs: "0-999"}\n')
+            wait_for(lambda: "policy.reservedCPUs" in proc.log_tail(200), why=proc.log_tail)
+            assert cpus_of(exclusive) == ALL and cpus_of(shared) == ALL
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
