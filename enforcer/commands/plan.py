@@ -118,7 +118,6 @@ def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_P
             p.error = str(exc)
         return planned
     sandbox = sandbox_config_for(manifest, uid)
-    finished = []
     for (container, init), p in zip(containers, planned, strict=True):
         request = api_pb2.CreateContainerRequest(
             pod_sandbox_id=uid,
@@ -131,14 +130,12 @@ def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_P
         except (DecodeError, PlacementError) as exc:
             p.request, p.error = None, str(exc)
             continue
-        # Init containers run to completion before the app containers start; sidecars
-        # (restartPolicy Always) keep running beside them.
+        # An init container runs to completion before the next container starts: it is shown
+        # where it ran, and its CPUs are free again for the rest of the pod. Sidecars
+        # (restartPolicy Always) keep running beside the app containers.
         if init and container.get("restartPolicy") != "Always":
-            finished.append(p)
-    for p in finished:
-        assert p.request is not None
-        p.finished = policy.placement(p.request.key)
-        policy.release(p.request.key)
+            p.finished = policy.placement(p.request.key)
+            policy.release(p.request.key)
     return planned
 
 

@@ -7,7 +7,7 @@ import sys
 from enforcer.config import PolicyConfig
 from enforcer.engine import Ledger, views_of
 from enforcer.policy import make_policy
-from enforcer.state import StateStore
+from enforcer.state import StateError, StateStore
 from enforcer.topology import Topology
 from enforcer.views import placements_report
 
@@ -15,9 +15,12 @@ from enforcer.views import placements_report
 def status(state_dir: str) -> int:
     store = StateStore(state_dir)
     try:
-        saved = store.load()
+        saved = store.load(move_aside=False)  # a read-only look: never moves the file
     except OSError as exc:
         print(f"cannot read {store.path}: {exc}", file=sys.stderr)
+        return 1
+    except StateError as exc:
+        print(f"cannot use the state: {exc}", file=sys.stderr)
         return 1
     if saved is None:
         print(

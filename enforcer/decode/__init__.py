@@ -6,6 +6,7 @@ from enforcer.decode.request import (
     DecodeError,
     Preferences,
     decode_create_container,
+    estimate_from_cri,
 )
 
 __all__ = [
@@ -14,4 +15,5 @@ __all__ = [
     "DecodeError",
     "Preferences",
     "decode_create_container",
+    "estimate_from_cri",
 ]

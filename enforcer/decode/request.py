@@ -111,7 +111,7 @@ def _bytes(value: str) -> int:
     return math.ceil(parse_quantity(value))
 
 
-def _estimate_from_cri(res: api_pb2.LinuxContainerResources) -> dict[str, int]:
+def estimate_from_cri(res: api_pb2.LinuxContainerResources) -> dict[str, int]:
     """Requests and limits as kubelet derived them, inverted."""
     period = res.cpu_period or DEFAULT_PERIOD
     cpu_limit = math.ceil(res.cpu_quota * 1000 / period) if res.cpu_quota > 0 else 0
@@ -148,8 +148,21 @@ def _from_annotation(
     }
 
 
+def _impossible(numbers: Mapping[str, int]) -> str | None:
+    """What the API server would never have admitted: negative values, requests over limits."""
+    if any(v < 0 for v in numbers.values()):
+        return "a negative quantity"
+    if numbers["cpu_limit_milli"] and numbers["cpu_request_milli"] > numbers["cpu_limit_milli"]:
+        return "a CPU request above its limit"
+    if numbers["memory_limit"] and numbers["memory_request"] > numbers["memory_limit"]:
+        return "a memory request above its limit"
+    return None
+
+
 def _contradiction(numbers: Mapping[str, int], res: api_pb2.LinuxContainerResources) -> str | None:
     """How the annotation's numbers disagree with kubelet's, or None."""
+    if impossible := _impossible(numbers):
+        return impossible
     period = res.cpu_period or DEFAULT_PERIOD
     expected = {
         "cpu_shares": milli_cpu_to_shares(numbers["cpu_request_milli"]),
@@ -242,7 +255,7 @@ def decode_create_container(
             source = key
     qos: QoSClass
     if source == "cri":
-        numbers = _estimate_from_cri(res)
+        numbers = estimate_from_cri(res)
     qos = parent_qos or _qos_from_numbers(numbers)
 
     def _class(kind: str, configured: Collection[str] | None) -> ClassRequest | None:

@@ -540,7 +540,8 @@ class KubeletEmulator:
         )
 
     def list_containers(self, pod_sandbox_id: str = "") -> list[api_pb2.Container]:
-        req = api_pb2.ListContainersRequest()
+        # kubelet always sends a filter, empty when it lists everything.
+        req = api_pb2.ListContainersRequest(filter=api_pb2.ContainerFilter())
         if pod_sandbox_id:
             req.filter.pod_sandbox_id = pod_sandbox_id
         return list(self.runtime.ListContainers(req, timeout=self.timeout).containers)

@@ -18,11 +18,17 @@ import grpc
 from enforcer.annotations.classes import is_runtime_class_key
 from enforcer.config import Config
 from enforcer.cri import api_pb2
-from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_create_container
+from enforcer.decode import (
+    ClassSettings,
+    ContainerRequest,
+    DecodeError,
+    decode_create_container,
+    estimate_from_cri,
+)
 from enforcer.engine.classes import ClassControllers, ClassRefused
 from enforcer.engine.ledger import Ledger, Tracked
 from enforcer.metrics import EnforcerMetrics
-from enforcer.policy import Placement, PlacementError, Policy, make_policy
+from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.runtime import RuntimeClient, RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
@@ -85,12 +91,19 @@ class Enforcer:
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = classes
         self._topology_state = topology.to_dict()  # the machine does not change under us
+        # What a container inherits when nobody pins it (an empty cpuset means "inherit").
+        self._all_cpus = str(self.policy.available)
+        self._all_mems = str(
+            CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
+        )
         self.dirty = False  # changes not yet written to the state file
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
-        # Keys admitted by an earlier process that never learnt their container id.
-        self._unbound_before_restart: set[str] = set()
+        # Admitted keys whose creation has an unknown outcome (the enforcer restarted, or the
+        # call was cut off): the runtime is asked, by the pod's labels, before they are freed.
+        self._unresolved: set[str] = set()
+        self.repin_failed = False  # a re-pin the runtime refused: retried by `maintain`
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -190,16 +203,21 @@ class Enforcer:
             self.metrics.refusals.labels(exc.code.name).inc()
             raise Refused(exc.code, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
+        self._unresolved.discard(wanted.key)  # kubelet's retry: this call decides it now
         _hide_class_annotations(request)
         resources = request.config.linux.resources
-        _pin(resources, placement)
+        if placement.cpus:
+            resources.cpuset_cpus = str(placement.cpus)
+        if placement.mems:
+            resources.cpuset_mems = str(placement.mems)
         tracked = Tracked(
             key=wanted.key,
             sandbox_id=request.pod_sandbox_id,
             cgroup_parent=request.sandbox_config.linux.cgroup_parent,
         )
         tracked.set_resources(resources)
-        tracked.applied_cpus, tracked.applied_mems = resources.cpuset_cpus, resources.cpuset_mems
+        tracked.applied_cpus = resources.cpuset_cpus or self._all_cpus
+        tracked.applied_mems = resources.cpuset_mems or self._all_mems
         self.ledger.by_key[wanted.key] = tracked
         # Durable before the runtime hears of it: after a crash the CPUs are still known taken.
         self.persist(durable=True)
@@ -227,10 +245,48 @@ class Enforcer:
         # crash, and kubelet is waiting for this answer. `flush` writes it shortly after.
         self.dirty = True
 
-    def create_failed(self, key: str, details: str) -> None:
+    def create_failed(self, key: str, status: int, details: str) -> None:
+        """The CreateContainer call did not come back with a container id."""
         tracked = self.ledger.by_key.get(key)
-        if tracked is not None and tracked.container_id is None:
-            self._release([tracked], f"the runtime refused to create it: {details}")
+        if tracked is None or tracked.container_id is not None:
+            return
+        if status in _UNCERTAIN:
+            # Cut off (cancelled, timed out, connection lost): containerd may have made it.
+            self._unresolved.add(key)
+            self.resolve()
+            return
+        self._release([tracked], f"the runtime refused to create it: {details}")
+
+    def resolve(self) -> None:
+        """Asks the runtime about admissions whose creation has an unknown outcome: those it
+        has are bound, the others released. Keeps them when the runtime cannot be asked."""
+        if not self._unresolved:
+            return
+        try:
+            live = {_label_key(c): c for c in self.runtime.list_containers() if c.alive}
+        except grpc.RpcError as exc:
+            log.warning(
+                "cannot ask the runtime about %d creations yet: %s",
+                len(self._unresolved),
+                exc.details(),
+            )
+            return
+        for key in sorted(self._unresolved):
+            tracked = self.ledger.by_key.get(key)
+            if tracked is not None and tracked.container_id is None:
+                found = live.get(key)
+                if found is not None:
+                    self.container_created(key, found.id)
+                else:
+                    self._release([tracked], "its creation did not complete")
+        self._unresolved.clear()
+
+    def maintain(self) -> None:
+        """Periodic work: unknown creations resolved, refused re-pins retried, state written."""
+        self.resolve()
+        if self.repin_failed:
+            self.repin()
+        self.flush()
 
     def container_started(self, container_id: str) -> None:
         tracked = self.ledger.by_container(container_id)
@@ -277,13 +333,31 @@ class Enforcer:
         )
 
     def update_resources(self, request: api_pb2.UpdateContainerResourcesRequest) -> None:
-        """kubelet's own update: its limits apply, our pinning stays."""
+        """kubelet's own update: its limits apply, our pinning stays. A changed CPU request or
+        limit (an in-place resize) is placed anew first; Refused when it does not fit."""
         tracked = self.ledger.by_container(request.container_id)
         if tracked is None or not request.HasField("linux"):
             return
-        placement = self.policy.placement(tracked.key)
-        _pin(request.linux, placement)
+        admitted = self.policy.admitted[tracked.key]
+        resized = resized_request(admitted.request, request.linux)
+        if resized is not None:
+            try:
+                self.policy.admit(resized, keep=admitted.exclusive or None)
+            except PlacementError as exc:
+                self.policy.admit(admitted.request, keep=admitted.exclusive or None)
+                raise Refused(exc.code, f"resize refused: {exc}") from None
+            log.info(
+                "resized %s: CPU request %dm -> %dm",
+                tracked.key,
+                admitted.request.cpu_request_milli,
+                resized.cpu_request_milli,
+            )
+        cpus, mems = self._wanted(tracked)
+        _pin(request.linux, cpus, mems)
         tracked.set_resources(request.linux)
+        tracked.applied_cpus, tracked.applied_mems = cpus, mems
+        if resized is not None:
+            self.repin()
         self.persist()
 
     # -- applying ----------------------------------------------------------------------------
@@ -307,20 +381,28 @@ class Enforcer:
         self.repin()
         self.persist()
 
+    def _wanted(self, tracked: Tracked) -> tuple[str, str]:
+        """The cpuset and memory nodes a container should have now. Where the policy leaves a
+        value alone it is kubelet's, or everything (kubelet's empty value inherits it)."""
+        admitted = self.policy.admitted[tracked.key]
+        placement = self.policy.placement(tracked.key)
+        request = admitted.request
+        cpus = str(placement.cpus) if placement.cpus else request.kubelet_cpus or self._all_cpus
+        mems = str(placement.mems) if placement.mems else request.kubelet_mems or self._all_mems
+        return cpus, mems
+
     def repin(self) -> None:
-        """Brings every live container to its current placement (shared pools move)."""
+        """Brings every live container to its current placement (shared pools move). A re-pin
+        the runtime refuses is logged and retried by `maintain`; `status` shows what is applied."""
+        self.repin_failed = False
         for tracked in list(self.ledger.by_key.values()):
             if tracked.container_id is None:
                 continue
-            placement = self.policy.placement(tracked.key)
-            cpus = None if placement.cpus is None else str(placement.cpus)
-            mems = None if placement.mems is None else str(placement.mems)
-            if (cpus is None or cpus == tracked.applied_cpus) and (
-                mems is None or mems == tracked.applied_mems
-            ):
+            cpus, mems = self._wanted(tracked)
+            if (cpus, mems) == (tracked.applied_cpus, tracked.applied_mems):
                 continue
             resources = tracked.linux_resources()
-            _pin(resources, placement)
+            _pin(resources, cpus, mems)
             try:
                 self.runtime.update_resources(tracked.container_id, resources)
             except grpc.RpcError as exc:
@@ -329,8 +411,10 @@ class Enforcer:
                     self.ledger.by_key.pop(tracked.key, None)
                     log.info("container %s vanished; released", tracked.container_id)
                     continue
-                log.warning(
-                    "re-pinning container %s to cpus=%s mems=%s failed: %s",
+                self.repin_failed = True
+                self.metrics.controller_errors.labels("cpuset").inc()
+                log.error(
+                    "re-pinning container %s to cpus=%s mems=%s failed (will retry): %s",
                     tracked.container_id,
                     cpus,
                     mems,
@@ -338,10 +422,7 @@ class Enforcer:
                 )
                 continue
             tracked.set_resources(resources)
-            tracked.applied_cpus, tracked.applied_mems = (
-                resources.cpuset_cpus,
-                resources.cpuset_mems,
-            )
+            tracked.applied_cpus, tracked.applied_mems = cpus, mems
             log.info("re-pinned container %s to cpus=%s mems=%s", tracked.container_id, cpus, mems)
 
     # -- start-up ----------------------------------------------------------------------------
@@ -352,17 +433,23 @@ class Enforcer:
         saved = self.store.load()
         if saved is None:
             return
-        for problem in self.policy.restore(saved.get("policy", {})):
+        try:
+            problems = self.policy.restore(saved.get("policy", {}))
+            ledger = Ledger.from_state(saved.get("containers", []))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # Readable JSON of the wrong shape (another version's): treated as corrupt.
+            self.store.move_aside(f"unexpected content: {exc!r}")
+            self.policy = make_policy(self.topology, self.config.policy)
+            return
+        for problem in problems:
             log.warning("after the restart, cannot place %s", problem)
-        self.ledger = Ledger.from_state(saved.get("containers", []))
+        self.ledger = ledger
         for key in list(self.ledger.by_key):
             if key not in self.policy.admitted:
                 self.ledger.by_key.pop(key)
             else:
                 self.ledger.by_key[key].bound_at = 0  # the sequence restarts with this process
-        self._unbound_before_restart = {
-            key for key, t in self.ledger.by_key.items() if t.container_id is None
-        }
+        self._unresolved = {key for key, t in self.ledger.by_key.items() if t.container_id is None}
 
     def reconcile(self) -> None:
         """Brings the state in line with the runtime: after a restart, a crash or a lost state.
@@ -376,7 +463,7 @@ class Enforcer:
         for key in list(self.ledger.by_key):
             tracked = self.ledger.by_key[key]
             if tracked.container_id is None:
-                if key not in self._unbound_before_restart:
+                if key not in self._unresolved:
                     continue  # this process is creating it right now
                 # Admitted, then killed before the runtime's answer: did it get created?
                 found = by_label.get(key)
@@ -389,7 +476,7 @@ class Enforcer:
         for container in live.values():
             if container.id not in known:
                 self._adopt(container)
-        self._unbound_before_restart.clear()
+        self._unresolved.clear()
         self.repin()
         self.persist(durable=True)
         log.info("reconciled with the runtime: %d containers tracked", len(self.ledger.by_key))
@@ -412,8 +499,10 @@ class Enforcer:
         running_on = CPUSet.parse(current.get("cpus", "") or "")
         try:
             wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+            if self.controllers is not None:
+                wanted = self.controllers.check(wanted)
             placement = self.policy.admit(wanted, keep=running_on or None)
-        except (DecodeError, PlacementError) as exc:
+        except (DecodeError, ClassRefused, PlacementError) as exc:
             log.warning("running container %s cannot be placed: %s", container.id, exc)
             return
         tracked = Tracked(
@@ -424,8 +513,8 @@ class Enforcer:
         )
         resources = request.config.linux.resources
         tracked.set_resources(resources)
-        tracked.applied_cpus = str(running_on) if running_on else None
-        tracked.applied_mems = current.get("mems") or None
+        tracked.applied_cpus = str(running_on) if running_on else self._all_cpus
+        tracked.applied_mems = current.get("mems") or self._all_mems
         tracked.started = container.state == api_pb2.CONTAINER_RUNNING
         self.ledger.by_key[wanted.key] = tracked
         log.info("adopted running container %s as %s: %s", container.id, wanted.key, placement.kind)
@@ -463,15 +552,50 @@ def views_of(policy: Policy, ledger: Ledger) -> list[ContainerView]:
 
 
 def _shown(decided: CPUSet | None, applied: str | None) -> str | None:
-    """The policy's value; where it leaves one alone, what was last applied (kubelet's)."""
-    if decided is not None:
-        return str(decided)
-    return applied or None
+    """What the container has; with the policy's value beside it while a re-pin is pending."""
+    if decided is None or applied is None or str(decided) == applied:
+        return applied if applied else (str(decided) if decided is not None else None)
+    return f"{applied} (to {decided})"
 
 
 def _label_key(container: RuntimeContainer) -> str | None:
     uid = container.labels.get("io.kubernetes.pod.uid")
     return f"{uid}/{container.name}" if uid else None
+
+
+# CreateContainer outcomes after which the container may exist all the same.
+_UNCERTAIN = frozenset(
+    code.value[0]
+    for code in (
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.UNKNOWN,
+    )
+)
+
+
+def resized_request(
+    request: ContainerRequest, resources: api_pb2.LinuxContainerResources
+) -> ContainerRequest | None:
+    """The request with kubelet's new CPU and memory values, or None when they are unchanged."""
+    numbers = estimate_from_cri(resources)
+    changed = {
+        name: numbers[name]
+        for name in ("cpu_request_milli", "cpu_limit_milli", "memory_limit")
+        if numbers[name] != getattr(request, name)
+    }
+    # kubelet's shares only pin the request down to within a milli-CPU; ignore such noise.
+    if (
+        set(changed) == {"cpu_request_milli"}
+        and abs(changed["cpu_request_milli"] - request.cpu_request_milli) <= 2
+    ):
+        return None
+    if not changed:
+        return None
+    if "memory_limit" in changed and request.memory_request > changed["memory_limit"] > 0:
+        changed["memory_request"] = changed["memory_limit"]
+    return replace(request, **changed)
 
 
 def _by_name(problem: str) -> tuple[str, str]:
@@ -489,11 +613,9 @@ def _hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:
             del mapping[key]
 
 
-def _pin(resources: api_pb2.LinuxContainerResources, placement: Placement) -> None:
-    if placement.cpus is not None:
-        resources.cpuset_cpus = str(placement.cpus)
-    if placement.mems is not None:
-        resources.cpuset_mems = str(placement.mems)
+def _pin(resources: api_pb2.LinuxContainerResources, cpus: str, mems: str) -> None:
+    resources.cpuset_cpus = cpus
+    resources.cpuset_mems = mems
 
 
 __all__ = ["ContainerView", "Enforcer", "Refused", "views_of"]

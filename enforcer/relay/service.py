@@ -27,6 +27,7 @@ RUNTIME = "/runtime.v1.RuntimeService/"
 OK = grpc.StatusCode.OK.value[0]
 T = TypeVar("T")
 FLUSH_DELAY_SECONDS = 0.2
+MAINTAIN_SECONDS = 5.0
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 
@@ -59,6 +60,15 @@ class CRIService:
                 self._worker.submit(flush)
 
         loop.call_later(FLUSH_DELAY_SECONDS, submit)
+
+    async def maintain_forever(self, every: float = MAINTAIN_SECONDS) -> None:
+        """Resolves uncertain creations, retries refused re-pins, writes the state."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.run(self.enforcer.maintain)
+            except Exception:
+                log.exception("periodic maintenance failed; retrying in %.0fs", every)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
@@ -93,7 +103,7 @@ class CRIService:
                 await self.run(self.enforcer.container_created, key, reply.container_id)
                 self._flush_soon()
             else:
-                await self.run(self.enforcer.create_failed, key, response.details)
+                await self.run(self.enforcer.create_failed, key, response.status, response.details)
 
         return Forward(request.SerializeToString(), created)
 
@@ -112,7 +122,10 @@ class CRIService:
         request = _parse(api_pb2.UpdateContainerResourcesRequest, call)
         if isinstance(request, Refuse):
             return request
-        await self.run(self.enforcer.update_resources, request)
+        try:
+            await self.run(self.enforcer.update_resources, request)
+        except Refused as exc:
+            return Refuse(exc.code, str(exc))
         return Forward(request.SerializeToString())
 
     async def stop_container(self, call: Call) -> Forward | Refuse:
@@ -155,7 +168,8 @@ class CRIService:
             return request
         # Only an unfiltered listing proves that a container it lacks is gone, and only one
         # bound before the listing was asked for (a creation may finish while it is under way).
-        complete = not request.HasField("filter")
+        # kubelet's relisting sends an empty filter: only a filter that sets something narrows.
+        complete = request.filter.ByteSize() == 0
         asked_at = self.enforcer.sequence
 
         async def listed(response: Response) -> None:

@@ -1,5 +1,5 @@
 """The enforcer's state on disk: crash-safe, owner-only."""
 
-from enforcer.state.store import StateStore
+from enforcer.state.store import StateError, StateStore
 
-__all__ = ["StateStore"]
+__all__ = ["StateError", "StateStore"]

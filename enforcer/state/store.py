@@ -20,6 +20,10 @@ STATE_FILE = "state.json"
 FORMAT_VERSION = 1
 
 
+class StateError(ValueError):
+    pass
+
+
 class StateStore:
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
@@ -29,8 +33,10 @@ class StateStore:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.dir, 0o700)
 
-    def load(self) -> dict[str, Any] | None:
-        """The saved state; None when there is none or it was corrupt (then moved aside)."""
+    def load(self, *, move_aside: bool = True) -> dict[str, Any] | None:
+        """The saved state; None when there is none or it is corrupt. A corrupt file is moved
+        aside (the enforcer then rebuilds from the runtime); read-only callers such as
+        `status` pass move_aside=False and get a StateError instead."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -40,14 +46,23 @@ class StateStore:
             if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"not a version {FORMAT_VERSION} state object")
         except ValueError as exc:
-            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-            os.replace(self.path, aside)
-            log.error(
-                "state file %s is corrupt (%s); moved it to %s and rebuilding the state from "
-                "the runtime", self.path, exc, aside,
-            )
+            if not move_aside:
+                raise StateError(f"{self.path}: {exc}") from None
+            self.move_aside(str(exc))
             return None
         return data
+
+    def move_aside(self, reason: str) -> None:
+        """Keeps a state file that cannot be used, for the operator to look at."""
+        aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(self.path, aside)
+        log.error(
+            "state file %s is corrupt (%s); moved it to %s and rebuilding the state from "
+            "the runtime",
+            self.path,
+            reason,
+            aside,
+        )
 
     def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
         """Replaces the state file. `durable` fsyncs file and folder: used where a crash must

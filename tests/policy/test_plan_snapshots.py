@@ -295,11 +295,45 @@ def test_plan_through_the_console_script(
     lines = table.stdout.splitlines()
     assert f"NOT PLACED ml/trainer/train: {TRAINER_ERROR}" in lines
     # The pool tree, children indented under their parents, with the counts worked out above.
-    pools = {line.split()[0]: line.split() for line in lines if line.startswith(("root", "  "))
-             and len(line.split()) == 10}
-    assert list(pools) == ["root", "socket0", "socket0/node0", "socket0/node2", "socket1",
-                           "socket1/node1", "socket1/node3"]
+    pools = {
+        line.split()[0]: line.split()
+        for line in lines
+        if line.startswith(("root", "  ")) and len(line.split()) == 10
+    }
+    assert list(pools) == [
+        "root",
+        "socket0",
+        "socket0/node0",
+        "socket0/node2",
+        "socket1",
+        "socket1/node1",
+        "socket1/node3",
+    ]
     # POOL CPUS SHARED EXCLUSIVE FREE SHARED-REQ CONTAINERS MEMS ...
     assert pools["socket1/node3"][1:8] == ["28", "10", "16", "12", "0m", "1", "3"]
     assert pools["socket0/node0"][1:8] == ["28", "22", "3", "22", "500m", "2", "0,4"]
     assert any(line.strip().startswith("core 0: cpu0=reserved  cpu56=reserved") for line in lines)
+
+
+def test_init_containers_give_their_cpus_back_before_the_next_container() -> None:
+    # 4 CPUs, CPU 0 reserved: a 2-CPU init container and a 2-CPU app container both fit,
+    # one after the other, as they run.
+    from enforcer.commands.plan import plan
+    from enforcer.config import parse_config
+    from enforcer.topology import CPUSet, Topology
+
+    machine = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)
+    g2 = {"limits": {"cpu": "2", "memory": "64Mi"}}
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "staged", "namespace": "prod"},
+        "spec": {
+            "initContainers": [{"name": "setup", "image": "busybox", "resources": g2}],
+            "containers": [{"name": "app", "image": "busybox", "resources": g2}],
+        },
+    }
+    _, rows = plan(
+        parse_config({"policy": {"name": "static", "reservedCPUs": "0"}}), machine, [pod]
+    )
+    assert [r["error"] for r in rows] == [None, None]
+    assert [len(CPUSet.parse(r["exclusiveCPUs"])) for r in rows] == [2, 2]

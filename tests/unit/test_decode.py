@@ -188,3 +188,26 @@ def test_missing_container_name_is_refused() -> None:
     req.config.metadata.name = ""
     with pytest.raises(DecodeError, match=r"config\.metadata\.name"):
         decode_create_container(req)
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "why"),
+    [
+        ({"cpu": "-64"}, {}, "negative"),
+        ({"cpu": "100m", "memory": "-1Gi"}, {}, "negative"),
+        ({"cpu": "2"}, {"cpu": "1"}, "CPU request above its limit"),
+        ({"memory": "2Gi"}, {"memory": "1Gi"}, "memory request above its limit"),
+    ],
+)
+def test_impossible_annotation_values_are_not_trusted(
+    requests: dict, limits: dict, why: str
+) -> None:
+    # A namespace the webhook does not watch can carry any annotation: values the API server
+    # would never admit must not reach the policy's accounting.
+    warnings: list[str] = []
+    got = decode_create_container(
+        request(pod({}, annotation(requests, limits, "noderesource.dev/resources"))),
+        warn=warnings.append,
+    )
+    assert got.source == "cri" and got.cpu_request_milli >= 0 and got.memory_request >= 0
+    assert warnings and why in warnings[0]
