@@ -40,7 +40,6 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     return (m for m in tar if _WANTED.search(m.name))
 
 
-
 def extract_snapshots(root: Path, names: list[str] | None = None) -> dict[str, Path]:
     """Extracts the snapshots (all, or `names`) under root; name -> folder standing for /sys."""
     wanted = {n: SNAPSHOTS[n] for n in (names or SNAPSHOTS)}

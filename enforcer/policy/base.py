@@ -28,8 +28,10 @@ def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, 
         available = CPUSet.parse(config.availableCPUs)
         if missing := available - online:
             raise ConfigError(
-                [f"policy.availableCPUs: CPUs {missing} are not online on this machine "
-                 f"(online: {online})"]
+                [
+                    f"policy.availableCPUs: CPUs {missing} are not online on this machine "
+                    f"(online: {online})"
+                ]
             )
     value = config.reservedCPUs
     if value is None:
@@ -40,15 +42,19 @@ def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, 
             reserved = allocate_cpus(topology, available, count) if count else CPUSet()
         except NotEnoughCPUs:
             raise ConfigError(
-                [f"policy.reservedCPUs: {value} CPUs do not fit in the {len(available)} "
-                 f"available CPUs ({available})"]
+                [
+                    f"policy.reservedCPUs: {value} CPUs do not fit in the {len(available)} "
+                    f"available CPUs ({available})"
+                ]
             ) from None
         return available, reserved
     reserved = CPUSet.parse(str(value))
     if outside := reserved - available:
         raise ConfigError(
-            [f"policy.reservedCPUs: CPUs {outside} are not available on this machine "
-             f"(available: {available})"]
+            [
+                f"policy.reservedCPUs: CPUs {outside} are not available on this machine "
+                f"(available: {available})"
+            ]
         )
     return available, reserved
 
@@ -108,6 +114,8 @@ class Policy(ABC):
             try:
                 self.admit(entry.request, keep=entry.exclusive or None)
             except Exception as exc:  # reported, never fatal at start-up
-                problems.append(f"{entry.request.namespace}/{entry.request.pod_name}/"
-                                f"{entry.request.container}: {exc}")
+                problems.append(
+                    f"{entry.request.namespace}/{entry.request.pod_name}/"
+                    f"{entry.request.container}: {exc}"
+                )
         return problems
