@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,40 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="empty: no metrics endpoint",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    cluster = p.add_argument_group(
+        "configuration from the cluster",
+        "ConfigMaps resource-enforcer-config.node.<node>, .group.<group>, .default "
+        "(see docs/enforcer.md)",
+    )
+    cluster.add_argument(
+        "--cluster-config",
+        default=d.cluster_config,
+        choices=["auto", "on", "off"],
+        help="auto: on when a node name and API credentials are at hand (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or None,
+        metavar="NAME",
+        help="this node's name (default: $NODE_NAME)",
+    )
+    cluster.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE") or d.namespace,
+        metavar="NS",
+        help="the ConfigMaps' namespace (default: $POD_NAMESPACE, else %(default)s)",
+    )
+    cluster.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="API server credentials (default: the pod's service account)",
+    )
+    p.add_argument(
+        "--fallback-link",
+        action="store_true",
+        help="while no enforcer runs, leave the relay socket path linked to the runtime socket",
+    )
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             cgroupfs_root=args.cgroupfs_root,
             resctrl_root=args.resctrl_root,
             metrics_address=args.metrics_address,
+            cluster_config=args.cluster_config,
+            node_name=args.node_name,
+            namespace=args.namespace,
+            kubeconfig=args.kubeconfig,
+            fallback_link=args.fallback_link,
         )
         from enforcer import daemon
 

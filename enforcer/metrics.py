@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -72,10 +73,19 @@ class EnforcerMetrics:
             registry=r,
         )
 
+        # (method path, code) -> its counter and histogram children: observe_call runs on the
+        # relay's event loop for every call, and labels() lookups cost more than the counting.
+        self._call_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
     def observe_call(self, method: str, code: int, seconds: float) -> None:
-        name = method.rsplit("/", 1)[-1]
-        self.cri_calls.labels(name, str(code)).inc()
-        self.cri_seconds.labels(name).observe(seconds)
+        children = self._call_children.get((method, code))
+        if children is None:
+            name = method.rsplit("/", 1)[-1]
+            children = (self.cri_calls.labels(name, str(code)), self.cri_seconds.labels(name))
+            if len(self._call_children) < 1024:  # unknown methods must not grow it unbounded
+                self._call_children[(method, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 class MetricsServer:

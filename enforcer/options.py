@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_NAMESPACE = "resource-enforcer"
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -16,3 +18,11 @@ class RunOptions:
     cgroupfs_root: str = "/sys/fs/cgroup"
     resctrl_root: str = "/sys/fs/resctrl"
     metrics_address: str = "127.0.0.1:8891"
+    # Configuration from the cluster (docs/enforcer.md): auto = on when a node name and API
+    # credentials (--kubeconfig, or a pod's service account) are at hand.
+    cluster_config: str = "auto"  # auto | on | off
+    node_name: str | None = None  # default: $NODE_NAME
+    namespace: str = DEFAULT_NAMESPACE  # where the ConfigMaps are; default: $POD_NAMESPACE
+    kubeconfig: str | None = None  # default: the pod's service account
+    # Leave the relay socket path as a link to the runtime's socket while no enforcer runs.
+    fallback_link: bool = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,13 @@ def console_script(name: str) -> str:
     return found
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class EnforcerProcess:
     def __init__(
         self,
@@ -41,6 +49,7 @@ class EnforcerProcess:
         runtime_socket: str,
         config: str | None = None,
         extra_args: list[str] | None = None,
+        metrics_address: str = "",
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -50,6 +59,9 @@ class EnforcerProcess:
         self.runtime_socket = runtime_socket
         self.config = config
         self.extra_args = extra_args or []
+        # Empty: no metrics endpoint. "127.0.0.1:0" is not allowed (the port must be known):
+        # use free_port().
+        self.metrics_address = metrics_address
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -63,7 +75,7 @@ class EnforcerProcess:
             "--state-dir",
             self.state_dir,
             "--metrics-address",
-            "",
+            self.metrics_address,
             "--log-level",
             "debug",
         ]
@@ -112,6 +124,12 @@ class EnforcerProcess:
             code = self.proc.wait()
         self.proc = None
         return code
+
+    @property
+    def metrics_url(self) -> str:
+        if not self.metrics_address:
+            raise EnforcerError("started without --metrics-address")
+        return f"http://{self.metrics_address}"
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)

@@ -149,6 +149,9 @@ class Refuse:
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 Route = Callable[[str], str]
+# Told once per finished call: (method path, gRPC status the client got, seconds since its
+# request headers arrived). Runs on the event loop, so it must be quick and must not block.
+Observer = Callable[[str, int, float], None]
 
 
 # --------------------------------------------------------------------------- gRPC helpers
@@ -198,6 +201,29 @@ def _status_headers(code: int, message: str, with_status: bool) -> HeaderList:
     if message:
         headers.append((b"grpc-message", percent_encode(message)))
     return headers
+
+
+def _final_status(headers: HeaderList) -> int:
+    """The gRPC status a block that ends a response stands for, as a gRPC client reads it."""
+    http = b""
+    for name, value in headers:
+        if name == b"grpc-status":
+            return int(value) if value.isdigit() else _UNKNOWN
+        if name == b":status":
+            http = value
+    if http and http != b"200" and http.isdigit():
+        return _HTTP_TO_GRPC.get(int(http), _UNKNOWN)
+    return _UNKNOWN
+
+
+def _report(observer: Observer, stream: _Stream) -> None:
+    status = stream.status
+    # No status sent: the stream was reset (by either side) or its connection was lost.
+    code = status if status >= 0 else _CANCELLED
+    try:
+        observer(stream.method, code, time.monotonic() - stream.started)
+    except Exception:
+        log.exception("call observer failed for %s", stream.method)
 
 
 def _response_of(blocks: list[HeaderList], body: bytes) -> Response:
@@ -284,12 +310,14 @@ class _Interception:
 class _Stream:
     """One call: its downstream half, its upstream half (once routed) and its relay state."""
 
-    __slots__ = ("down", "icpt", "method", "mode", "relay", "up")
+    __slots__ = ("down", "icpt", "method", "mode", "relay", "started", "status", "up")
 
     def __init__(self, relay: RelayServer, method: str) -> None:
         self.relay = relay
         self.method = method
         self.mode = _PASS
+        self.started = 0.0  # set when the relay has an observer
+        self.status = -1  # the gRPC status sent downstream, once it is
         self.down: _Half = None  # type: ignore[assignment]  # set right after construction
         self.up: _Half | None = None
         self.icpt: _Interception | None = None
@@ -604,6 +632,8 @@ class _Endpoint(asyncio.BufferedProtocol):
         self._out: list[bytes | memoryview] = []
         self._dirty = relay._dirty
         self.streams: dict[int, _Half] = {}
+        # Downstream connections report finished calls; upstream ones never do.
+        self.observer: Observer | None = None
         self.closed = False
         self._error: str | None = None  # why we closed the connection, for the streams' status
         self.last_peer_sid = 0
@@ -864,6 +894,8 @@ class _Endpoint(asyncio.BufferedProtocol):
         self.emit(headers_frames(h.sid, block, self.peer_max_frame, end))
         h.headers_sent = True
         if end:
+            if self.observer is not None:
+                h.stream.status = _final_status(headers)
             self._ended_local(h)
 
     def send_data(self, h: _Half, data: bytes, end: bool) -> None:
@@ -968,6 +1000,9 @@ class _Endpoint(asyncio.BufferedProtocol):
         """``h`` is closed both ways: drop it from this connection."""
         if self.streams.pop(h.sid, None) is not None:
             self._blocked.pop(h, None)
+            observer = self.observer
+            if observer is not None:
+                _report(observer, h.stream)
             self._stream_closed()
 
     def _stream_closed(self) -> None:
@@ -1018,6 +1053,7 @@ class _Downstream(_Endpoint):
 
     def __init__(self, relay: RelayServer) -> None:
         super().__init__(relay)
+        self.observer = relay.observer
         self.upstreams: dict[str, _Upstream] = {}
         self._preface = b""
         self.draining = False
@@ -1076,6 +1112,8 @@ class _Downstream(_Endpoint):
             raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "request without :path")
         method = path.decode("latin-1")
         stream = _Stream(self.relay, method)
+        if self.observer is not None:
+            stream.started = time.monotonic()
         down = _Half(self, stream, sid)
         stream.down = down
         self.streams[sid] = down
@@ -1115,6 +1153,8 @@ class _Downstream(_Endpoint):
 
     def _ended_local(self, h: _Half) -> None:
         h.local_ended = True
+        if h.stream.status < 0 and self.observer is not None:
+            h.stream.status = _INTERNAL  # DATA ended the response, no trailers: gRPC's reading
         if not h.remote_ended:
             # Our response is complete while the client is still sending: ask it to stop
             # (RFC 9113 8.1), as gRPC servers do. Anything it still sends is ignored.
@@ -1147,9 +1187,12 @@ class _Downstream(_Endpoint):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.relay._conns.discard(self)
+        observer = self.observer
         for h in list(self.streams.values()):
             h.local_ended = h.remote_ended = True
             h.stream.client_gone(ErrorCode.CANCEL)
+            if observer is not None:
+                _report(observer, h.stream)
         self.streams.clear()
         for conn in list(self.upstreams.values()):
             conn.close()
@@ -1339,10 +1382,12 @@ class RelayServer:
         relay_socket: str,
         route: Route,
         intercepts: Mapping[str, Interceptor] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.socket_path = relay_socket
         self.route = route
         self.intercepts: dict[str, Interceptor] = dict(intercepts or {})
+        self.observer = observer
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
         self._dirty: list[_Endpoint] = []
@@ -1383,6 +1428,15 @@ class RelayServer:
     @property
     def connections(self) -> int:
         return len(self._conns)
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    @property
+    def socket_inode(self) -> int:
+        """The inode of the socket this server bound (-1 before it did)."""
+        return self._socket_inode
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop accepting, GOAWAY every connection, let calls finish for ``grace`` s, close."""
@@ -1431,7 +1485,8 @@ def _remove_stale_socket(path: str) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
-    if not stat.S_ISSOCK(mode):
+    # A symbolic link is the fallback an enforcer leaves while none runs (enforcer.handover).
+    if not (stat.S_ISSOCK(mode) or stat.S_ISLNK(mode)):
         raise FileExistsError(f"{path} exists and is not a socket")
     os.unlink(path)
 
@@ -1442,9 +1497,13 @@ async def serve_relay(
     intercepts: Mapping[str, Interceptor],
     *,
     ready: asyncio.Event | None = None,
+    observer: Observer | None = None,
 ) -> RelayServer:
-    """Start a relay on ``relay_socket``; returns the running server (``await .close()``)."""
-    server = RelayServer(relay_socket, route, intercepts)
+    """Start a relay on ``relay_socket``; returns the running server (``await .close()``).
+
+    ``observer``, when given, is told about every call once it has finished (see Observer).
+    """
+    server = RelayServer(relay_socket, route, intercepts, observer)
     await server.start()
     if ready is not None:
         ready.set()

@@ -1,0 +1,86 @@
+"""The last configuration the cluster gave and this node applied, kept in the state folder.
+
+At start-up the enforcer takes it before the API server has answered (or when it never does),
+so a node restarted while the control plane is away runs with what the cluster last said.
+Replaced atomically, like the state file: a crash leaves the old or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LAST_GOOD_FILE = "config.last-good.json"
+
+
+@dataclass(frozen=True)
+class StoredConfig:
+    source: str  # configmap/<namespace>/<name>
+    resource_version: str
+    text: str  # the ConfigMap's config.yaml, as it was applied
+
+
+class LastGoodStore:
+    def __init__(self, state_dir: str | Path) -> None:
+        self.path = Path(state_dir) / LAST_GOOD_FILE
+
+    def load(self) -> StoredConfig | None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.error("cannot read %s: %s", self.path, exc.strerror)
+            return None
+        try:
+            data = json.loads(raw)
+            stored = StoredConfig(
+                source=str(data["source"]),
+                resource_version=str(data["resourceVersion"]),
+                text=str(data["config"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("%s is unreadable (%s); not using it", self.path, exc)
+            return None
+        return stored
+
+    def save(self, stored: StoredConfig) -> None:
+        payload = json.dumps(
+            {
+                "source": stored.source,
+                "resourceVersion": stored.resource_version,
+                "config": stored.text,
+                "stored": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=1,
+        ).encode()
+        tmp = self.path.with_name(f".{LAST_GOOD_FILE}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        self._sync_dir()
+
+    def clear(self) -> None:
+        """The cluster holds no configuration for this node any more: forget the stored one."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        self._sync_dir()
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,467 @@
+"""A small Kubernetes API server for tests: the few endpoints the enforcer uses, spoken the way
+the real one speaks them, so the real `kubernetes` client can be driven against it.
+
+- ConfigMaps: list (with the list's resourceVersion) and watch (`?watch=1`, from a
+  resourceVersion, history replayed, BOOKMARK events with `allowWatchBookmarks`, an ERROR
+  event with a 410 "Expired" Status for a version older than the compacted history,
+  `timeoutSeconds`); a watch without a resourceVersion starts with ADDED for every object.
+- Nodes: get, and patch (JSON merge patch and strategic merge patch; for the maps the enforcer
+  patches, annotations and labels, the two are the same).
+- Events: create.
+
+Test controls: put/delete ConfigMaps, set a Node's labels, `expire()` (compact the history and
+end open watches, so the client's next watch gets 410 Gone), `stop()`/`start()` on the same
+port (connections cut, state kept), and `kubeconfig(path)` writing a kubeconfig for it.
+Requests must carry the bearer token of that kubeconfig.
+
+One resourceVersion counter for everything, as etcd's revision is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import queue
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+TOKEN = "fake-apiserver-token"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (null deletes a key)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class _Watch:
+    namespace: str
+    events: queue.Queue[dict[str, Any] | None] = field(default_factory=queue.Queue)
+
+
+class FakeAPIServer:
+    BOOKMARK_SECONDS = 0.5  # the real one sends them about once a minute
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self.rv = 1
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.history: list[tuple[int, str, dict[str, Any]]] = []  # (rv, type, object)
+        self.compacted = 0  # watches from before this resourceVersion get 410
+        self.requests: list[tuple[str, str]] = []  # (method, path?query)
+        self.fail_patches = 0  # answer the next N node patches with 500
+        self._watches: list[_Watch] = []
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+        self._closing = threading.Event()
+
+    # -- running -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> FakeAPIServer:
+        self._closing.clear()
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
+        server.daemon_threads = True
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), daemon=True, name="fake-api"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Goes away as a crashed API server does: listening stops, connections are cut."""
+        server = self._server
+        if server is None:
+            return
+        self._server = None
+        self._closing.set()
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            for w in self._watches:
+                w.events.put(None)
+            self._watches.clear()
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> FakeAPIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kubeconfig(self, path: str | Path) -> str:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "enforcer", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "enforcer"}}],
+            "current-context": "fake",
+        }
+        Path(path).write_text(yaml.safe_dump(config))
+        return str(path)
+
+    # -- test controls ---------------------------------------------------------------------------
+
+    def _bump(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _record(self, kind: str, obj: dict[str, Any]) -> None:
+        self.history.append((self.rv, kind, copy.deepcopy(obj)))
+        ns = obj["metadata"].get("namespace")
+        for w in self._watches:
+            if w.namespace == ns:
+                w.events.put({"type": kind, "object": copy.deepcopy(obj)})
+
+    def put_configmap(self, namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
+        with self._lock:
+            old = self.configmaps.get((namespace, name))
+            obj = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": old["metadata"]["uid"] if old else str(uuid.uuid4()),
+                    "resourceVersion": self._bump(),
+                    "creationTimestamp": old["metadata"]["creationTimestamp"] if old else _now(),
+                },
+                "data": dict(data),
+            }
+            self.configmaps[(namespace, name)] = obj
+            self._record("MODIFIED" if old else "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        with self._lock:
+            obj = self.configmaps.pop((namespace, name))
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record("DELETED", obj)
+
+    def put_node(self, name: str, labels: dict[str, str] | None = None) -> None:
+        with self._lock:
+            node = self.nodes.get(name) or {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": _now(),
+                    "annotations": {},
+                },
+            }
+            node["metadata"]["labels"] = dict(labels or {})
+            node["metadata"]["resourceVersion"] = self._bump()
+            self.nodes[name] = node
+
+    def annotation(self, node: str, key: str) -> str | None:
+        with self._lock:
+            return (self.nodes[node]["metadata"].get("annotations") or {}).get(key)
+
+    def expire(self) -> None:
+        """Compacts the history up to now and ends every open watch: a client resuming from a
+        version it saw before gets 410 Gone."""
+        with self._lock:
+            self.compacted = self.rv + 1
+            self.history.clear()
+            for w in self._watches:
+                w.events.put(None)
+            self._watches.clear()
+
+    def count(self, method: str, prefix: str) -> int:
+        with self._lock:
+            return sum(1 for m, p in self.requests if m == method and p.startswith(prefix))
+
+    # -- API -------------------------------------------------------------------------------------
+
+    def list_configmaps(self, namespace: str) -> dict[str, Any]:
+        with self._lock:
+            items = [
+                copy.deepcopy(o)
+                for (ns, _), o in sorted(self.configmaps.items())
+                if ns == namespace
+            ]
+            return {
+                "kind": "ConfigMapList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+
+    def open_watch(
+        self, namespace: str, since: str | None
+    ) -> tuple[_Watch | None, list[dict[str, Any]]]:
+        """The events to replay and the watch for what follows; (None, [error]) when `since`
+        was compacted away."""
+        with self._lock:
+            replay: list[dict[str, Any]] = []
+            if not since or since == "0":
+                for (ns, _), obj in sorted(self.configmaps.items()):
+                    if ns == namespace:
+                        replay.append({"type": "ADDED", "object": copy.deepcopy(obj)})
+            else:
+                start = int(since)
+                if start < self.compacted:
+                    message = f"too old resource version: {start} ({self.compacted})"
+                    return None, [{"type": "ERROR", "object": _status(410, "Expired", message)}]
+                for rv, kind, obj in self.history:
+                    if rv > start and obj["metadata"].get("namespace") == namespace:
+                        replay.append({"type": kind, "object": copy.deepcopy(obj)})
+            w = _Watch(namespace)
+            self._watches.append(w)
+            return w, replay
+
+    def close_watch(self, w: _Watch) -> None:
+        with self._lock:
+            if w in self._watches:
+                self._watches.remove(w)
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            node = self.nodes.get(name)
+            if node is None:
+                return None
+            meta_patch = dict(patch.get("metadata") or {})
+            for key in ("name", "uid", "resourceVersion", "creationTimestamp"):
+                meta_patch.pop(key, None)
+            node = merge_patch(node, {**patch, "metadata": meta_patch})
+            node["metadata"]["resourceVersion"] = self._bump()
+            self.nodes[name] = node
+            return copy.deepcopy(node)
+
+    def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            meta = event.setdefault("metadata", {})
+            if not meta.get("name"):
+                meta["name"] = meta.get("generateName", "event.") + uuid.uuid4().hex[:5]
+            meta["namespace"] = namespace
+            meta["uid"] = str(uuid.uuid4())
+            meta["resourceVersion"] = self._bump()
+            meta["creationTimestamp"] = _now()
+            self.events.append(copy.deepcopy(event))
+            return event
+
+
+def _handler(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive and chunked watches, as the real one
+
+        def setup(self) -> None:
+            super().setup()
+            with api._lock:
+                api._conns.add(self.connection)
+
+        def finish(self) -> None:
+            with api._lock:
+                api._conns.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, code: int, body: dict[str, Any]) -> None:
+            payload = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _not_found(self, what: str) -> None:
+            self._send(404, _status(404, "NotFound", f"{what} not found"))
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length) or b"null")
+
+        def _route(self, method: str) -> None:
+            url = urlsplit(self.path)
+            with api._lock:
+                api.requests.append((method, self.path))
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+                return
+            parts = url.path.strip("/").split("/")
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            if parts[:2] != ["api", "v1"]:
+                self._not_found(url.path)
+                return
+            rest = parts[2:]
+            if (
+                method == "GET"
+                and len(rest) == 3
+                and rest[0] == "namespaces"
+                and rest[2] == "configmaps"
+            ):
+                self._configmaps(rest[1], query)
+            elif len(rest) == 2 and rest[0] == "nodes" and method in ("GET", "PATCH"):
+                self._node(method, rest[1])
+            elif (
+                method == "POST"
+                and len(rest) == 3
+                and rest[0] == "namespaces"
+                and rest[2] == "events"
+            ):
+                self._send(201, api.create_event(rest[1], self._body()))
+            else:
+                self._not_found(url.path)
+
+        def do_GET(self) -> None:
+            self._route("GET")
+
+        def do_PATCH(self) -> None:
+            self._route("PATCH")
+
+        def do_POST(self) -> None:
+            self._route("POST")
+
+        def _node(self, method: str, name: str) -> None:
+            if method == "GET":
+                with api._lock:
+                    node = copy.deepcopy(api.nodes.get(name))
+                if node is None:
+                    self._not_found(f'nodes "{name}"')
+                else:
+                    self._send(200, node)
+                return
+            ctype = self.headers.get("Content-Type", "")
+            if ctype not in (
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+            ):
+                self._send(415, _status(415, "UnsupportedMediaType", f"not supported: {ctype}"))
+                return
+            patch = self._body()
+            with api._lock:
+                if api.fail_patches > 0:
+                    api.fail_patches -= 1
+                    self._send(500, _status(500, "InternalError", "injected failure"))
+                    return
+            node = api.patch_node(name, patch)
+            if node is None:
+                self._not_found(f'nodes "{name}"')
+            else:
+                self._send(200, node)
+
+        def _configmaps(self, namespace: str, query: dict[str, str]) -> None:
+            if query.get("watch") not in ("1", "true", "True"):
+                self._send(200, api.list_configmaps(namespace))
+                return
+            w, replay = api.open_watch(namespace, query.get("resourceVersion"))
+            bookmarks = query.get("allowWatchBookmarks") in ("1", "true", "True")
+            timeout = float(query.get("timeoutSeconds") or 1800)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in replay:
+                    self._chunk(event)
+                if w is None:
+                    self._end()
+                    return
+                self._stream(w, bookmarks, time.monotonic() + timeout)
+            except OSError:
+                self.close_connection = True
+            finally:
+                if w is not None:
+                    api.close_watch(w)
+
+        def _stream(self, w: _Watch, bookmarks: bool, deadline: float) -> None:
+            next_bookmark = time.monotonic() + api.BOOKMARK_SECONDS
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    self._end()  # the server's timeoutSeconds: a clean end of the stream
+                    return
+                try:
+                    event = w.events.get(timeout=min(0.05, deadline - now))
+                except queue.Empty:
+                    if not api._closing.is_set():
+                        if bookmarks and time.monotonic() >= next_bookmark:
+                            self._bookmark()
+                            next_bookmark = time.monotonic() + api.BOOKMARK_SECONDS
+                        continue
+                    event = None
+                if event is None:
+                    # expire() or stop(): the connection is cut, as when the server goes away.
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self._chunk(event)
+
+        def _bookmark(self) -> None:
+            with api._lock:
+                rv = str(api.rv)
+            meta = {"resourceVersion": rv}
+            self._chunk(
+                {
+                    "type": "BOOKMARK",
+                    "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": meta},
+                }
+            )
+
+        def _chunk(self, event: dict[str, Any]) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def _end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
