@@ -488,6 +488,10 @@ class _Stream:
             log.exception("interceptor for %s failed", self.method)
             decision = Refuse(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
         if self.mode != _INTERCEPTING:  # the client went away meanwhile
+            # A Forward never sent still has its hook told, so what the interceptor prepared
+            # (CPUs set aside for a container) is not left waiting for an answer forever.
+            if isinstance(decision, Forward) and decision.on_response is not None:
+                self._never_sent(decision, _CANCELLED, "the client went away before the call")
             return
         try:
             if isinstance(decision, Refuse):
@@ -517,6 +521,10 @@ class _Stream:
                     if left <= 0:
                         self.mode = _DONE
                         self.answer(_DEADLINE_EXCEEDED, "deadline exceeded in the relay")
+                        if decision.on_response is not None:
+                            self._never_sent(
+                                decision, _DEADLINE_EXCEEDED, "deadline exceeded in the relay"
+                            )
                         return
                     value = format_grpc_timeout(left)
             headers.append((name, value))
@@ -532,6 +540,10 @@ class _Stream:
         up = self.up
         assert up is not None
         up.conn.send_data(up, len(message).to_bytes(5, "big") + message, True)
+
+    def _never_sent(self, decision: Forward, code: int, message: str) -> None:
+        assert decision.on_response is not None
+        self.relay.spawn(self._observe(decision.on_response, Response(code, message, None)))
 
     def _tee_headers(self, headers: HeaderList, end: bool) -> None:
         icpt = self.icpt
