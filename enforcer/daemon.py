@@ -236,7 +236,11 @@ async def run(options: RunOptions) -> int:
         return image_socket if path.startswith(IMAGE_SERVICE) else runtime_socket
 
     server = await serve_relay(
-        relay_socket, route, service.intercepts(), observer=metrics.observe_call
+        relay_socket,
+        route,
+        service.intercepts(),
+        observer=metrics.observe_call,
+        taps=service.taps(),
     )
     log.info(
         "relaying %s -> runtime %s, images %s; policy %s (configuration: %s)",

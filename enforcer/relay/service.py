@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
@@ -19,7 +19,7 @@ import grpc
 
 from enforcer.cri import api_pb2
 from enforcer.engine import Enforcer, Refused
-from enforcer.relay.h2 import Call, Forward, Refuse, Response
+from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,19 @@ class CRIService:
             except Exception:
                 log.exception("periodic maintenance failed; retrying in %.0fs", every)
 
+    def _submit(self, fn: Callable[..., object], *args: Any) -> None:
+        """Runs fn on the worker without waiting for it; its failure is logged."""
+        try:
+            future = self._worker.submit(fn, *args)
+        except RuntimeError:
+            return  # the worker is shut down: the enforcer is stopping
+
+        def logged(done: Future[object]) -> None:
+            if (exc := done.exception()) is not None:
+                log.error("%s failed", getattr(fn, "__name__", fn), exc_info=exc)
+
+        future.add_done_callback(logged)
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
@@ -82,7 +95,6 @@ class CRIService:
             RUNTIME + "RemoveContainer": self.remove_container,
             RUNTIME + "StopPodSandbox": self.stop_pod_sandbox,
             RUNTIME + "RemovePodSandbox": self.remove_pod_sandbox,
-            RUNTIME + "ListContainers": self.list_containers,
         }
 
     # -- container life cycle ----------------------------------------------------------------
@@ -162,27 +174,32 @@ class CRIService:
 
         return Forward(call.message, done)
 
-    async def list_containers(self, call: Call) -> Forward | Refuse:
-        request = _parse(api_pb2.ListContainersRequest, call)
-        if isinstance(request, Refuse):
-            return request
-        # Only an unfiltered listing proves that a container it lacks is gone, and only one
-        # bound before the listing was asked for (a creation may finish while it is under way).
-        # kubelet's relisting sends an empty filter: only a filter that sets something narrows.
-        complete = request.filter.ByteSize() == 0
+    def taps(self) -> dict[str, TapFactory]:
+        """Calls watched without being held up: kubelet relists every second."""
+        return {RUNTIME + "ListContainers": self.list_containers_tap}
+
+    def list_containers_tap(self) -> Tap:
+        # Only a listing asked for after a container was bound can prove it gone: a creation
+        # may finish while the listing is under way.
         asked_at = self.enforcer.sequence
 
-        async def listed(response: Response) -> None:
+        def listed(request: bytes, response: Response) -> None:
             if response.status != OK or response.message is None:
                 return
-            containers = api_pb2.ListContainersResponse.FromString(response.message).containers
-            # Most listings change nothing: look first, hop to the worker only when needed.
+            try:
+                wanted = api_pb2.ListContainersRequest.FromString(request)
+                containers = api_pb2.ListContainersResponse.FromString(response.message).containers
+            except Exception:  # not ours to judge: the runtime answered it
+                return
+            # kubelet's relisting sends an empty filter: only a filter that sets something
+            # narrows the listing, and only an unnarrowed one shows what vanished.
+            complete = wanted.filter.ByteSize() == 0
+            # Most listings change nothing: look here, go to the worker only when needed.
             if self.enforcer.gone(containers, complete=complete, asked_at=asked_at):
                 observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-                await self.run(observe, containers)
+                self._submit(observe, containers)
 
-        # Observed, not gated: kubelet's every-second relisting is not held up.
-        return Forward(call.message, listed, hold=False)
+        return listed
 
 
 def _parse(message: Any, call: Call) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from enforcer.cri import api_pb2
+from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.devenv.containerd import PrivateContainerd
 from enforcer.devenv.enforcer_process import EnforcerProcess
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
@@ -279,3 +279,18 @@ def test_reconfiguration_moves_what_no_longer_fits(
             assert cpus_of(exclusive) == ALL and cpus_of(shared) == ALL
     finally:
         assert proc.stop() == 0, proc.log_tail()
+
+
+def test_a_container_gone_behind_the_relays_back_is_released_on_relisting(
+    kubelet: KubeletEmulator, containerd: PrivateContainerd
+) -> None:
+    shared = kubelet.run_pod(manifest("stays", sleeper()))
+    gone = kubelet.run_pod(manifest("vanishes", sleeper(resources=guaranteed("1"))))
+    assert cpus_of(shared) == ALL - cpus_of(gone)
+    # Removed on containerd directly, as an operator with crictl might: the relay never saw it.
+    direct = api_pb2_grpc.RuntimeServiceStub(containerd.channel())
+    cid = gone.container_id("app")
+    direct.StopContainer(api_pb2.StopContainerRequest(container_id=cid, timeout=0))
+    direct.RemoveContainer(api_pb2.RemoveContainerRequest(container_id=cid))
+    kubelet.list_containers()  # kubelet's relisting (an empty filter), through the relay
+    wait_for(lambda: cpus_of(shared) == ALL)

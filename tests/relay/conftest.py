@@ -11,7 +11,7 @@ import grpc
 import pytest
 from relay_harness import GRPC_OPTIONS, FakeUpstream, RelayThread
 
-from enforcer.relay.h2.relay import Interceptor
+from enforcer.relay.h2.relay import Interceptor, TapFactory
 
 
 @pytest.fixture
@@ -37,8 +37,9 @@ def relay_factory(workdir: str) -> Iterator[Callable[..., RelayThread]]:
         route: Callable[[str], str],
         intercepts: Mapping[str, Interceptor] | None = None,
         name: str = "relay.sock",
+        taps: Mapping[str, TapFactory] | None = None,
     ) -> RelayThread:
-        relay = RelayThread(os.path.join(workdir, name), route, intercepts)
+        relay = RelayThread(os.path.join(workdir, name), route, intercepts, taps)
         relays.append(relay)
         return relay
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from enforcer.relay.h2.relay import Interceptor, RelayServer, serve_relay
+from enforcer.relay.h2.relay import Interceptor, RelayServer, TapFactory, serve_relay
 
 BIG = 64 << 20
 GRPC_OPTIONS = [
@@ -143,12 +143,15 @@ class RelayThread:
         socket_path: str,
         route: Callable[[str], str],
         intercepts: Mapping[str, Interceptor] | None = None,
+        taps: Mapping[str, TapFactory] | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server: RelayServer = self.run(serve_relay(socket_path, route, intercepts or {}))
+        self.server: RelayServer = self.run(
+            serve_relay(socket_path, route, intercepts or {}, taps=taps)
+        )
         self._closed = False
 
     def run(self, coro: Any, timeout: float = 10.0) -> Any:

@@ -333,6 +333,32 @@ def test_observer_sees_the_answer_without_holding_it(
     assert seen == [Response(status=0, details="", message=payload)]
 
 
+def test_tap_sees_request_and_response_without_holding_either(
+    upstream: FakeUpstream,
+    relay_factory: Callable[..., RelayThread],
+    channel_factory: Callable[[str], grpc.Channel],
+) -> None:
+    started: list[str] = []
+    seen: list[tuple[bytes, Response]] = []
+
+    def make_tap() -> Callable[[bytes, Response], None]:
+        started.append("call")  # made when the call starts, before any answer
+        return lambda request, response: seen.append((request, response))
+
+    relay = relay_factory(lambda _p: upstream.path, {}, taps={ECHO: make_tap})
+    ch = channel_factory(relay.socket_path)
+    payload = os.urandom(300_000)  # several DATA frames each way
+    assert unary(ch)(payload, timeout=5) == payload
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == ["call"]
+    assert seen == [(payload, Response(status=0, details="", message=payload))]
+    assert [r.method for r in upstream.records] == [ECHO]  # passed through as it came
+    assert unary(ch, "/test.Svc/Other")(b"ok", timeout=5) == b"ok"
+    assert len(seen) == 1  # other methods are not tapped
+
+
 def test_on_response_with_large_response(
     upstream: FakeUpstream,
     relay_factory: Callable[..., RelayThread],

@@ -13,6 +13,8 @@ from enforcer.relay.h2.relay import (
     RelayServer,
     Response,
     Route,
+    Tap,
+    TapFactory,
     serve_relay,
 )
 
@@ -25,5 +27,7 @@ __all__ = [
     "RelayServer",
     "Response",
     "Route",
+    "Tap",
+    "TapFactory",
     "serve_relay",
 ]

@@ -148,6 +148,11 @@ class Refuse:
 
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
+# A tap watches a call it never holds up: made when the call starts (so it can note the
+# moment), called on the event loop once the upstream has answered, with the request message
+# and the response. It must be quick and must not raise.
+Tap = Callable[[bytes, Response], None]
+TapFactory = Callable[[], Tap]
 Route = Callable[[str], str]
 # Told once per finished call: (method path, gRPC status the client got, seconds since its
 # request headers arrived). Runs on the event loop, so it must be quick and must not block.
@@ -248,7 +253,8 @@ def _response_of(blocks: list[HeaderList], body: bytes) -> Response:
 # --------------------------------------------------------------------------- streams
 
 # _TEE: passing the upstream's response through while keeping a copy for an observer.
-_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE = range(6)
+# _TAP: passing both ways untouched while keeping copies of request and response for a tap.
+_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE, _TAP = range(7)
 _Q_DATA, _Q_HEADERS = 0, 1
 
 
@@ -296,7 +302,7 @@ class _Half:
 
 @dataclass(slots=True)
 class _Interception:
-    interceptor: Interceptor
+    interceptor: Interceptor | None  # None for a tap
     request_headers: HeaderList
     started: float
     parts: list[bytes] = field(default_factory=list)
@@ -310,7 +316,7 @@ class _Interception:
 class _Stream:
     """One call: its downstream half, its upstream half (once routed) and its relay state."""
 
-    __slots__ = ("down", "icpt", "method", "mode", "relay", "started", "status", "up")
+    __slots__ = ("down", "icpt", "method", "mode", "relay", "started", "status", "tap", "up")
 
     def __init__(self, relay: RelayServer, method: str) -> None:
         self.relay = relay
@@ -321,6 +327,7 @@ class _Stream:
         self.down: _Half = None  # type: ignore[assignment]  # set right after construction
         self.up: _Half | None = None
         self.icpt: _Interception | None = None
+        self.tap: Tap | None = None
 
     # --- frames from either side
 
@@ -328,7 +335,7 @@ class _Stream:
         if end:
             h.remote_ended = True
         if h is self.down:  # request trailers (gRPC clients send none, HTTP/2 allows them)
-            if self.mode == _PASS and self.up is not None:
+            if self.mode in (_PASS, _TAP) and self.up is not None:
                 self.up.conn.send_headers(self.up, headers, end)
             elif self.mode == _COLLECT and end:
                 self._collected()
@@ -342,7 +349,7 @@ class _Stream:
         else:
             down = self.down
             down.conn.send_headers(down, headers, end)
-            if self.mode == _TEE:
+            if self.mode == _TEE or self.mode == _TAP:
                 self._tee_headers(headers, end)
         if end:
             self._upstream_finished()
@@ -351,15 +358,19 @@ class _Stream:
         if end:
             h.remote_ended = True
         mode = self.mode
-        if mode == _PASS or (mode == _TEE and h is not self.down):
+        if mode in (_PASS, _TAP) or (mode == _TEE and h is not self.down):
             peer = h.peer
             if peer is None or peer.local_ended:
                 h.credit(len(data))  # nowhere to go: consume
             else:
                 peer.conn.send_data(peer, data, end)
-            if mode == _TEE:
-                assert self.icpt is not None
-                self.icpt.response_data.append(data)
+            if mode != _PASS:
+                icpt = self.icpt
+                assert icpt is not None
+                if h is self.down:
+                    icpt.parts.append(data)
+                else:
+                    icpt.response_data.append(data)
         elif h is self.down:
             h.credit(len(data))
             if mode == _COLLECT:
@@ -547,11 +558,21 @@ class _Stream:
 
     def _tee_headers(self, headers: HeaderList, end: bool) -> None:
         icpt = self.icpt
-        assert icpt is not None and icpt.on_response is not None
+        assert icpt is not None
         icpt.response_blocks.append(headers)
-        if end:
-            response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
-            icpt.response_blocks, icpt.response_data = [], []
+        if not end:
+            return
+        response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        icpt.response_blocks, icpt.response_data = [], []
+        if self.tap is not None:
+            body = b"".join(icpt.parts)
+            icpt.parts = []
+            try:
+                # A unary request's one message, without its 5-byte gRPC prefix.
+                self.tap(body[5:] if len(body) >= 5 and body[0] == 0 else b"", response)
+            except Exception:
+                log.exception("tap for %s failed", self.method)
+        elif icpt.on_response is not None:
             self.relay.spawn(self._observe(icpt.on_response, response))
 
     async def _observe(
@@ -1133,6 +1154,11 @@ class _Downstream(_Endpoint):
             down.remote_ended = True
         interceptor = self.relay.intercepts.get(method)
         if interceptor is None:
+            make_tap = self.relay.taps.get(method)
+            if make_tap is not None:
+                stream.mode = _TAP
+                stream.icpt = _Interception(None, headers, 0.0)
+                stream.tap = make_tap()
             self.open_upstream(stream, headers, end)
             return
         stream.mode = _COLLECT
@@ -1395,10 +1421,12 @@ class RelayServer:
         route: Route,
         intercepts: Mapping[str, Interceptor] | None = None,
         observer: Observer | None = None,
+        taps: Mapping[str, TapFactory] | None = None,
     ) -> None:
         self.socket_path = relay_socket
         self.route = route
         self.intercepts: dict[str, Interceptor] = dict(intercepts or {})
+        self.taps: dict[str, TapFactory] = dict(taps or {})
         self.observer = observer
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
@@ -1510,12 +1538,14 @@ async def serve_relay(
     *,
     ready: asyncio.Event | None = None,
     observer: Observer | None = None,
+    taps: Mapping[str, TapFactory] | None = None,
 ) -> RelayServer:
     """Start a relay on ``relay_socket``; returns the running server (``await .close()``).
 
-    ``observer``, when given, is told about every call once it has finished (see Observer).
+    ``observer``, when given, is told about every call once it has finished (see Observer);
+    ``taps`` watch the calls of their methods without holding them up (see Tap).
     """
-    server = RelayServer(relay_socket, route, intercepts, observer)
+    server = RelayServer(relay_socket, route, intercepts, observer, taps)
     await server.start()
     if ready is not None:
         ready.set()
