@@ -196,6 +196,15 @@ def remove_pod_cgroups(cgroup_parent: str, cgroupfs_root: str = "/sys/fs/cgroup"
 # -- what kubelet sends (pure) ----------------------------------------------------------------
 
 
+def _namespace_options(spec: Mapping[str, Any]) -> api_pb2.NamespaceOption:
+    # Host networking always: no CNI plugin is needed (see the class docstring).
+    return api_pb2.NamespaceOption(
+        network=api_pb2.NODE,
+        pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
+        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+    )
+
+
 def sandbox_config_for(
     pod: Pod,
     uid: str | None = None,
@@ -223,11 +232,7 @@ def sandbox_config_for(
         linux=api_pb2.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent_for(qos, uid, cgroup_driver),
             security_context=api_pb2.LinuxSandboxSecurityContext(
-                namespace_options=api_pb2.NamespaceOption(
-                    network=api_pb2.NODE,
-                    pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
-                    ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
-                ),
+                namespace_options=_namespace_options(spec),
             ),
         ),
     )
@@ -284,11 +289,7 @@ def container_config_for(
         linux=api_pb2.LinuxContainerConfig(
             resources=linux_resources(container, qos, memory_capacity),
             security_context=api_pb2.LinuxContainerSecurityContext(
-                namespace_options=api_pb2.NamespaceOption(
-                    network=api_pb2.NODE,
-                    pid=api_pb2.NODE if spec.get("hostPID") else api_pb2.CONTAINER,
-                    ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
-                ),
+                namespace_options=_namespace_options(spec),
                 privileged=bool((container.get("securityContext") or {}).get("privileged")),
             ),
         ),
