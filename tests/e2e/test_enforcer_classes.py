@@ -5,6 +5,7 @@ I/O on this machine's real disk and real cgroup v1 blkio files."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import time
 from collections.abc import Iterator
@@ -246,3 +247,33 @@ def test_status_shows_the_classes(setup, kubelet: KubeletEmulator) -> None:
     out = proc.run_cli("status", "--state-dir", proc.state_dir)
     row = next(line for line in out.stdout.splitlines() if " both " in f" {line} ")
     assert "silver" in row and "throttled" in row
+
+
+def test_sighup_reloads_a_change_the_file_watch_cannot_see(setup, kubelet: KubeletEmulator) -> None:
+    proc, _, config = setup
+    pod = kubelet.run_pod(
+        classy("hup", **{"blockioclass.resource-enforcer.dev/container.app": "throttled"})
+    )
+    assert blkio(pod, "read_bps") == f"{DISK_KEY} 50000000\n"
+    # Same size, same inode, same modification time: only SIGHUP says it changed.
+    before = config.stat()
+    changed = config_text("40M")
+    assert len(changed) == len(config_text("50M"))
+    with open(config, "r+") as f:
+        f.write(changed)
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    time.sleep(2.5)  # the watch looks every second: it must not have noticed
+    assert blkio(pod, "read_bps") == f"{DISK_KEY} 50000000\n"
+    try:
+        assert proc.proc is not None
+        proc.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while blkio(pod, "read_bps") != f"{DISK_KEY} 40000000\n":
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+    finally:
+        config.write_text(config_text("50M"))
+        deadline = time.monotonic() + 15
+        while blkio(pod, "read_bps") != f"{DISK_KEY} 50000000\n":
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
