@@ -5,6 +5,7 @@ Pure functions; quantities are compared through the `kubernetes` client's parser
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -31,6 +32,16 @@ def parse_quantity(value: object) -> Decimal:
 def _positive(quantities: Mapping[str, Any] | None) -> dict[str, Decimal]:
     parsed = {k: parse_quantity(v) for k, v in (quantities or {}).items() if k in _QOS_RESOURCES}
     return {k: v for k, v in parsed.items() if v > 0}
+
+
+def milli_value(value: object) -> int:
+    """A quantity in thousandths, rounded up (resource.Quantity.MilliValue())."""
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def int_value(value: object) -> int:
+    """A quantity as an integer, rounded up (resource.Quantity.Value())."""
+    return math.ceil(parse_quantity(value))
 
 
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:

@@ -34,7 +34,7 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from enforcer.qos import QoSClass, parse_quantity, qos_from_cgroup_parent
+from enforcer.qos import QoSClass, int_value, milli_value, qos_from_cgroup_parent
 
 DEFAULT_PERIOD = QUOTA_PERIOD
 
@@ -103,14 +103,6 @@ class ClassSettings:
     access: ClassAccess = field(default_factory=ClassAccess)
 
 
-def _milli(value: str) -> int:
-    return math.ceil(parse_quantity(value) * 1000)
-
-
-def _bytes(value: str) -> int:
-    return math.ceil(parse_quantity(value))
-
-
 def estimate_from_cri(res: api_pb2.LinuxContainerResources) -> dict[str, int]:
     """Requests and limits as kubelet derived them, inverted."""
     period = res.cpu_period or DEFAULT_PERIOD
@@ -135,11 +127,11 @@ def _from_annotation(
     entry: Mapping[str, Mapping[str, str]],
 ) -> dict[str, int]:
     requests, limits = entry["requests"], entry["limits"]
-    cpu_limit = _milli(limits["cpu"]) if "cpu" in limits else 0
-    mem_limit = _bytes(limits["memory"]) if "memory" in limits else 0
+    cpu_limit = milli_value(limits["cpu"]) if "cpu" in limits else 0
+    mem_limit = int_value(limits["memory"]) if "memory" in limits else 0
     # The API server defaults a missing request to the limit.
-    cpu_request = _milli(requests["cpu"]) if "cpu" in requests else cpu_limit
-    mem_request = _bytes(requests["memory"]) if "memory" in requests else mem_limit
+    cpu_request = milli_value(requests["cpu"]) if "cpu" in requests else cpu_limit
+    mem_request = int_value(requests["memory"]) if "memory" in requests else mem_limit
     return {
         "cpu_request_milli": cpu_request,
         "cpu_limit_milli": cpu_limit,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -25,7 +24,6 @@ import weakref
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from enforcer.qos import parse_quantity, qos_class
+from enforcer.qos import int_value, milli_value, qos_class
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]
@@ -58,20 +56,6 @@ LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_POD_UID = "io.kubernetes.pod.uid"
 
 _QOS_RESOURCES = ("cpu", "memory")  # the only resources that count for the QoS class
-
-
-def _quantity(value: Any) -> Decimal:
-    return parse_quantity(value)
-
-
-def milli_value(value: Any) -> int:
-    """Quantity in thousandths, rounded up like resource.Quantity.MilliValue()."""
-    return math.ceil(_quantity(value) * 1000)
-
-
-def int_value(value: Any) -> int:
-    """Quantity as an integer, rounded up like resource.Quantity.Value()."""
-    return math.ceil(_quantity(value))
 
 
 # -- resources and QoS ----------------------------------------------------------------------
