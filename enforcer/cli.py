@@ -66,6 +66,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="while no enforcer runs, leave the relay socket path linked to the runtime socket",
     )
+    p.add_argument(
+        "--supervise",
+        action="store_true",
+        help="run the relay in a child process and start it again if it dies",
+    )
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -102,6 +107,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "run" and args.supervise:
+        from enforcer.supervisor import child_command, supervise
+
+        logging.basicConfig(
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        return supervise(child_command(sys.argv[1:] if argv is None else argv))
     if args.command == "run":
         logging.basicConfig(
             level=args.log_level.upper(),
