@@ -67,6 +67,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="while no enforcer runs, leave the relay socket path linked to the runtime socket",
     )
     p.add_argument(
+        "--health-file",
+        default=None,
+        metavar="PATH",
+        help='a file rewritten every few seconds: "serving" when in charge, else "standby"',
+    )
+    p.add_argument(
         "--supervise",
         action="store_true",
         help="run the relay in a child process and start it again if it dies",
@@ -137,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             namespace=args.namespace,
             kubeconfig=args.kubeconfig,
             fallback_link=args.fallback_link,
+            health_file=args.health_file,
         )
         from enforcer import daemon
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the cluster code imports `kubernetes`, slow to import, in i
 
 log = logging.getLogger("enforcer")
 
+HEALTH_SECONDS = 5.0
 IMAGE_SERVICE = "/runtime.v1.ImageService/"
 RECONCILE_RETRY_SECONDS = 2.0
 STOP_GRACE_SECONDS = 10.0
@@ -176,6 +177,14 @@ def build_enforcer(
 
 
 async def run(options: RunOptions) -> int:
+    # Signals are ours from the first moment: a stop asked for during start-up is honoured
+    # once serving (never a half-started relay killed), a reload then finds nothing to do.
+    stop = asyncio.Event()
+    reload = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
     try:
         _check_address(options.metrics_address)
         cluster = cluster_settings(options)
@@ -252,13 +261,11 @@ async def run(options: RunOptions) -> int:
     )
     metrics_server = MetricsEndpoint(options.metrics_address, metrics, server)
     metrics_server.start()
+    health = HealthFile(options.health_file)
+    heartbeat = asyncio.create_task(
+        health.keep(lambda: lock.fd is not None and server.listening and not stop.is_set())
+    )
 
-    stop = asyncio.Event()
-    reload = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload.set)
 
     manager = ConfigManager(
         service,
@@ -287,6 +294,7 @@ async def run(options: RunOptions) -> int:
         log.info("a newer enforcer listens on %s: handing over to it", relay_socket)
     else:
         log.info("stopping: finishing calls in flight")
+    manager.closed = True  # no configuration is applied from here on
     for task in tasks:
         task.cancel()
     lock.abandon()  # when still waiting to take over: stop waiting
@@ -299,10 +307,14 @@ async def run(options: RunOptions) -> int:
     if handed_over:
         log.info("handed over; state saved in %s; idle until stopped", options.state_dir)
         await stop.wait()  # exiting now would make kubelet restart us, and take it back
-    elif options.fallback_link:
+    elif options.fallback_link and lock.held_once:
+        # Only an enforcer that was in charge: one that never took over leaves the path to
+        # whoever is (or the next one).
         handover.leave_fallback_link(relay_socket, runtime_socket)
     service.close()
     enforcer.runtime.close()
+    heartbeat.cancel()
+    health.remove()
     log.info("stopped; state saved in %s", Path(options.state_dir) / "state.json")
     return 0
 
@@ -329,6 +341,32 @@ async def _reconcile_until_done(
                 RECONCILE_RETRY_SECONDS,
             )
         await asyncio.sleep(RECONCILE_RETRY_SECONDS)
+
+
+class HealthFile:
+    """Rewritten every few seconds: "serving" while `in_charge()`, else "standby"; removed at
+    exit. Its age says the process is alive, its word whether it is the node's enforcer."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+
+    def write(self, word: str) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(word + "\n")
+            os.replace(tmp, self.path)
+
+    async def keep(self, in_charge: Callable[[], bool]) -> None:
+        if self.path is None:
+            return
+        while True:
+            self.write("serving" if in_charge() else "standby")
+            await asyncio.sleep(HEALTH_SECONDS)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 class MetricsEndpoint:
@@ -404,6 +442,7 @@ class ConfigManager:
         self.source = source
         self.text = text
         self.loop = asyncio.get_running_loop()
+        self.closed = False  # set when stopping or handing over
         self._lock = asyncio.Lock()  # one change at a time: file and cluster may race
 
     @property
@@ -431,10 +470,12 @@ class ConfigManager:
             self.metrics.reloads.labels("failed").inc()
             self.metrics.controller_errors.labels("rdt").inc()
             return [str(exc)]
+        except Exception as exc:  # reported like a refusal: a lost apply is never retried
+            log.exception("configuration %s could not be applied", source)
+            self.metrics.reloads.labels("failed").inc()
+            return [f"could not be applied: {exc}"]
         self.metrics.reloads.labels("applied").inc()
-        log.info(
-            "configuration %s applied (%d containers moved to the shared pool)", source, len(moved)
-        )
+        log.info("configuration %s applied (%d containers moved)", source, len(moved))
         return []
 
     def _refused(self, source: str, problems: list[str]) -> list[str]:
@@ -511,7 +552,10 @@ class ConfigManager:
     def apply_from_thread(
         self, chosen: ClusterConfig | None, stopped: Callable[[], bool]
     ) -> Outcome:
-        """For the cluster thread: applies on the event loop and waits for the outcome."""
+        """For the cluster thread: applies on the event loop and waits for the outcome. Never
+        once this enforcer is stopping or has handed over: the state is not its own then."""
+        if self.closed or stopped():
+            raise RuntimeError("stopping")
         future = asyncio.run_coroutine_threadsafe(self.apply_cluster(chosen), self.loop)
         while True:
             try:

@@ -39,6 +39,7 @@ class StateLock:
     def __init__(self, state_dir: str | Path) -> None:
         self.path = Path(state_dir) / LOCK_FILE
         self.fd: int | None = None
+        self.held_once = False  # this process owned the state at some point
         self._abandoned = threading.Event()
 
     def try_acquire(self) -> bool:
@@ -49,6 +50,7 @@ class StateLock:
             os.close(fd)
             return False
         self.fd = fd
+        self.held_once = True
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +89,10 @@ class EnforcerMetrics:
         children[1].observe(seconds)
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
     """GET /metrics and /healthz on host:port, in a daemon thread."""
 
@@ -119,7 +124,9 @@ class MetricsServer:
             def log_message(self, *args: object) -> None:
                 pass  # scrapes every few seconds would drown the log
 
-        self.server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        host = host.strip("[]") or "0.0.0.0"
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self.server = server_class((host, int(port)), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(
             target=self.server.serve_forever, daemon=True, name="metrics"

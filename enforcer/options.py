@@ -26,3 +26,8 @@ class RunOptions:
     kubeconfig: str | None = None  # default: the pod's service account
     # Leave the relay socket path as a link to the runtime's socket while no enforcer runs.
     fallback_link: bool = False
+    # A file of this pod's own (an emptyDir) rewritten every few seconds with "serving" (this
+    # enforcer is in charge) or "standby" (waiting to take over, or handed over): the
+    # DaemonSet's probes read it, because with hostNetwork a port would answer for whichever
+    # enforcer holds it during an update.
+    health_file: str | None = None

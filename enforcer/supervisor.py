@@ -45,6 +45,8 @@ def supervise(command: list[str]) -> int:
     while True:
         started = time.monotonic()
         child = subprocess.Popen(command)
+        if stopping.is_set():  # the stop came while there was no child to pass it to
+            child.terminate()
         log.info("relay process %d started", child.pid)
         code = child.wait()
         if stopping.is_set():

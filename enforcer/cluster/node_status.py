@@ -80,11 +80,9 @@ class NodeReporter:
         return self._status is not None or bool(self._events)
 
     def flush(self, timeout: float) -> None:
-        """Sends what is pending; raises (with the rest still pending) when the API server
-        does not take it."""
-        while self._events:
-            self._send_event(self._events[0], timeout)
-            self._events.pop(0)
+        """Sends what is pending, the Node's status first; raises (with the rest still pending)
+        when the API server does not take it. An Event it refuses for good (a 4xx other than
+        429) is dropped, so that one bad Event never holds the reports back."""
         status = self._status
         if status is not None:
             body = {"metadata": {"annotations": {STATUS_ANNOTATION: status.to_json()}}}
@@ -97,6 +95,15 @@ class NodeReporter:
             if self._status is status:
                 self._status = None
             log.debug("node %s annotated: %s", self.node, status.to_json())
+        while self._events:
+            try:
+                self._send_event(self._events[0], timeout)
+            except Exception as exc:
+                code = getattr(exc, "status", None)
+                if not (isinstance(code, int) and 400 <= code < 500 and code != 429):
+                    raise
+                log.warning("the API server refused an Event (%s); dropped", code)
+            self._events.pop(0)
 
     def _send_event(self, refusal: Refusal, timeout: float) -> None:
         stamp = now_rfc3339()

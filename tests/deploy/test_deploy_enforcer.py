@@ -5,10 +5,12 @@ with the enforcer's command line, the image and the docs."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -280,10 +282,43 @@ def test_privileges_are_kept_to_what_is_needed(container: dict[str, Any]) -> Non
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
-def test_probes_and_resources(container: dict[str, Any]) -> None:
-    port = int(run_args(container).metrics_address.rpartition(":")[2])
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port}
+def test_probes_read_this_pods_own_health_file(
+    pod: dict[str, Any], container: dict[str, Any], tmp_path: Path
+) -> None:
+    # Not a port: with hostNetwork it would answer for whichever enforcer holds it while an
+    # update runs two of them. The health file lives on an emptyDir: this pod's alone.
+    health = Path(run_args(container).health_file)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = next(m for m in container["volumeMounts"] if health.is_relative_to(m["mountPath"]))
+    assert "emptyDir" in volumes[mount["name"]]
+    commands = {
+        p: container[p]["exec"]["command"]
+        for p in ("startupProbe", "readinessProbe", "livenessProbe")
+    }
+    assert all(str(health) in " ".join(c) for c in commands.values())
+
+    # The probe commands themselves, run here against the file as the enforcer writes it.
+    from enforcer.daemon import HealthFile
+
+    local = tmp_path / "enforcer.health"
+
+    def passes(probe: str) -> bool:
+        command = [part.replace(str(health), str(local)) for part in commands[probe]]
+        if command[0] == "python":
+            command[0] = sys.executable
+        return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+
+    assert not any(passes(p) for p in commands)  # not written yet
+    HealthFile(str(local)).write("standby")  # waiting to take over, or handed over
+    assert passes("startupProbe") and passes("livenessProbe") and not passes("readinessProbe")
+    HealthFile(str(local)).write("serving")
+    assert passes("startupProbe") and passes("livenessProbe") and passes("readinessProbe")
+    old = time.time() - 120
+    os.utime(local, (old, old))  # a process that stopped rewriting it
+    assert not passes("livenessProbe")
+
+
+def test_resources(container: dict[str, Any]) -> None:
     # No declared port: with hostNetwork it would be a host port and block the surge pod.
     assert "ports" not in container
     requests = container["resources"]["requests"]

@@ -45,14 +45,19 @@ def test_a_killed_relay_comes_back_with_its_state(
         tmp_path / "supervised",
         runtime_socket=containerd.socket,
         config=str(config),
-        extra_args=["--supervise"],
+        extra_args=["--supervise", "--health-file", str(tmp_path / "enforcer.health")],
     )
+    health = tmp_path / "enforcer.health"
     proc.start()
     assert proc.proc is not None
     supervisor = proc.proc.pid
     try:
         with KubeletEmulator(proc.relay_socket, log_root=tmp_path / "pods") as kubelet:
             kubelet.run_pod(manifest("kept", sleeper(resources=guaranteed("1"))))
+            deadline = time.monotonic() + 15
+            while not health.exists() or health.read_text() != "serving\n":
+                assert time.monotonic() < deadline, proc.log_tail()
+                time.sleep(0.1)
             first = relay_pid(proc)
             assert first is not None and first != supervisor
             os.kill(first, signal.SIGKILL)  # as the OOM killer would
@@ -70,3 +75,4 @@ def test_a_killed_relay_comes_back_with_its_state(
     finally:
         assert proc.stop() == 0, proc.log_tail()
     assert second is not None and not alive(second)
+    assert not health.exists()  # removed when the enforcer stopped
