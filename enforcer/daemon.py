@@ -235,8 +235,12 @@ async def run(options: RunOptions) -> int:
                 if lock.acquire():
                     enforcer.restore_saved()
                     log.info("took over the state in %s", options.state_dir)
+                    return
             except Exception:
                 log.exception("taking over the state in %s failed", options.state_dir)
+            # Without the state, no decision of this process could be right: the calls queued
+            # behind the take-over (and any later) are refused, for kubelet to retry.
+            enforcer.not_in_charge = "the enforcer is stopping before it took over the node"
 
         tasks.append(asyncio.ensure_future(service.run(take_over)))
         await asyncio.sleep(0)  # submitted to the worker before the relay accepts a call

@@ -97,6 +97,8 @@ class Enforcer:
             CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
         )
         self.dirty = False  # changes not yet written to the state file
+        # Set when this process must not decide (it never got the node's state): why.
+        self.not_in_charge: str | None = None
         self.ledger = Ledger()
         # Counts container bindings, so a listing can tell which containers it could have seen.
         self.sequence = 0
@@ -194,6 +196,8 @@ class Enforcer:
 
         Raises Refused when the container must not be created.
         """
+        if self.not_in_charge:
+            raise Refused(grpc.StatusCode.UNAVAILABLE, self.not_in_charge)
         try:
             wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
             if self.controllers is not None:
@@ -335,6 +339,8 @@ class Enforcer:
     def update_resources(self, request: api_pb2.UpdateContainerResourcesRequest) -> None:
         """kubelet's own update: its limits apply, our pinning stays. A changed CPU request or
         limit (an in-place resize) is placed anew first; Refused when it does not fit."""
+        if self.not_in_charge:
+            raise Refused(grpc.StatusCode.UNAVAILABLE, self.not_in_charge)
         tracked = self.ledger.by_container(request.container_id)
         if tracked is None or not request.HasField("linux"):
             return

@@ -15,7 +15,7 @@ from enforcer.config import parse_config
 from enforcer.cri import api_pb2
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
-from enforcer.engine import Enforcer
+from enforcer.engine import Enforcer, Refused
 from enforcer.runtime import RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
@@ -191,3 +191,13 @@ def test_status_never_moves_the_state_file(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text(json.dumps({"version": 2}))
     assert status(str(tmp_path)) == 1
     assert (tmp_path / "state.json").exists()
+
+
+def test_an_enforcer_not_in_charge_refuses_to_decide(tmp_path: Path) -> None:
+    runtime = StandInRuntime()
+    e = enforcer(tmp_path, runtime)
+    e.not_in_charge = "the enforcer is stopping before it took over the node"
+    with pytest.raises(Refused) as err:
+        e.create_container(create_request("late", guaranteed("1")))
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert not e.policy.admitted
