@@ -401,12 +401,19 @@ class Enforcer:
         """Brings every live container to its current placement (shared pools move). A re-pin
         the runtime refuses is logged and retried by `maintain`; `status` shows what is applied."""
         self.repin_failed = False
+        moves = []
         for tracked in list(self.ledger.by_key.values()):
             if tracked.container_id is None:
                 continue
             cpus, mems = self._wanted(tracked)
-            if (cpus, mems) == (tracked.applied_cpus, tracked.applied_mems):
-                continue
+            if (cpus, mems) != (tracked.applied_cpus, tracked.applied_mems):
+                holds = self.policy.placement(tracked.key).exclusive
+                moves.append((bool(holds), tracked, cpus, mems))
+        # Containers without CPUs of their own move first: by the time a container moves into
+        # CPUs of its own (a reconfiguration may swap CPUs between containers), the shared
+        # containers that were on them have left.
+        moves.sort(key=lambda move: move[0])
+        for _, tracked, cpus, mems in moves:
             resources = tracked.linux_resources()
             _pin(resources, cpus, mems)
             try:

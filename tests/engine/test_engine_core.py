@@ -42,6 +42,7 @@ class StandInRuntime:
         self.containers: dict[str, RuntimeContainer] = {}
         self.cpus: dict[str, str] = {}
         self.refuse_updates: grpc.StatusCode | None = None
+        self.updates: list[tuple[str, str]] = []  # (container id, cpuset), in order
         self.down = False
 
     def add(self, cid: str, key: str) -> None:
@@ -54,6 +55,7 @@ class StandInRuntime:
         if self.refuse_updates is not None:
             raise RpcFailure(self.refuse_updates)
         self.cpus[cid] = resources.cpuset_cpus
+        self.updates.append((cid, resources.cpuset_cpus))
 
     def list_containers(self) -> list[RuntimeContainer]:
         if self.down:
@@ -201,3 +203,19 @@ def test_an_enforcer_not_in_charge_refuses_to_decide(tmp_path: Path) -> None:
         e.create_container(create_request("late", guaranteed("1")))
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
     assert not e.policy.admitted
+
+
+def test_reconfiguration_moves_shared_containers_out_before_exclusive_ones_move_in(
+    tmp_path: Path,
+) -> None:
+    runtime = StandInRuntime()
+    e = enforcer(tmp_path, runtime)
+    holder = create(e, runtime, "holder", guaranteed("2"))
+    sharer = create(e, runtime, "sharer")
+    held = runtime.cpus[holder]
+    runtime.updates.clear()
+    # The held CPUs become reserved: the holder must move onto CPUs the sharer is on now.
+    e.reconfigure(parse_config({"policy": {"name": "static", "reservedCPUs": held}}))
+    order = [cid for cid, _ in runtime.updates]
+    assert order == [sharer, holder]
+    assert not CPUSet.parse(runtime.cpus[holder]) & CPUSet.parse(runtime.cpus[sharer])
