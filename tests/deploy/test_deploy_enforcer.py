@@ -4,10 +4,7 @@ with the enforcer's command line, the image and the docs."""
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +17,8 @@ import yaml
 
 from enforcer.cli import parser
 from enforcer.config import parse_config
+from enforcer.devenv.manifests import dockerfile as read_dockerfile
+from enforcer.devenv.manifests import exec_form, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -27,16 +26,6 @@ FOLDER = DEPLOY / "enforcer"
 NAMESPACE = "resource-enforcer"
 NAME = "resource-enforcer"
 SCHEMA_VERSIONS = ["1.25.0", kubernetes_validate.latest_version()]
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is needed (apt-get install kubernetes-client; .ci/run installs it)"
-    out = subprocess.run(
-        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def is_enforcers(doc: dict[str, Any]) -> bool:
@@ -330,26 +319,14 @@ def test_resources(container: dict[str, Any]) -> None:
 
 
 def dockerfile() -> dict[str, list[str]]:
-    """Instruction -> its arguments, continuation lines joined, comments dropped."""
-    text = (ROOT / "Dockerfile.enforcer").read_text().replace("\\\n", " ")
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.setdefault(word.upper(), []).append(rest.strip())
-    return out
-
-
-def _exec_form(value: str) -> list[str]:
-    return json.loads(value) if value.startswith("[") else shlex.split(value)
+    return read_dockerfile(ROOT / "Dockerfile.enforcer")
 
 
 def test_dockerfile_agrees_with_the_daemonset(container: dict[str, Any]) -> None:
     d = dockerfile()
     assert d["FROM"] == ["python:3.11-slim"]
-    assert _exec_form(d["ENTRYPOINT"][-1]) == container["command"] == ["resource-enforcer"]
-    assert _exec_form(d["CMD"][-1]) == ["run"]
+    assert exec_form(d["ENTRYPOINT"][-1]) == container["command"] == ["resource-enforcer"]
+    assert exec_form(d["CMD"][-1]) == ["run"]
     assert d["USER"] == ["0:0"]
 
 

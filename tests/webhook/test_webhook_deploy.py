@@ -3,10 +3,6 @@ and consistent with each other and with the webhook's command line."""
 
 from __future__ import annotations
 
-import json
-import shlex
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +10,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from enforcer.devenv.manifests import dockerfile as read_dockerfile
+from enforcer.devenv.manifests import exec_form, kustomize
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SCHEMA_VERSIONS = ["1.25.0", kubernetes_validate.latest_version()]
 NAMESPACE = "resource-enforcer"
 OPT_OUT = ("resource-enforcer.dev/webhook", "disabled")
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is needed (apt-get install kubernetes-client)"
-    out = subprocess.run(
-        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 @pytest.fixture(scope="module")
@@ -178,19 +167,7 @@ def test_the_opt_out_label_is_documented() -> None:
 
 
 def dockerfile() -> dict[str, list[str]]:
-    """Instruction -> its arguments, continuation lines joined, comments dropped."""
-    text = (ROOT / "Dockerfile.webhook").read_text().replace("\\\n", " ")
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.setdefault(word.upper(), []).append(rest.strip())
-    return out
-
-
-def _exec_form(value: str) -> list[str]:
-    return json.loads(value) if value.startswith("[") else shlex.split(value)
+    return read_dockerfile(ROOT / "Dockerfile.webhook")
 
 
 def test_dockerfile_agrees_with_the_deployment(rendered: dict[str, dict[str, Any]]) -> None:
@@ -203,8 +180,8 @@ def test_dockerfile_agrees_with_the_deployment(rendered: dict[str, dict[str, Any
     security = deployment["spec"]["template"]["spec"]["securityContext"]
     assert int(uid) == security["runAsUser"] and int(gid) == security["runAsGroup"]
     assert d["EXPOSE"] == [str(c["ports"][0]["containerPort"])]
-    assert _exec_form(d["ENTRYPOINT"][-1]) == c["command"]
-    assert _exec_form(d["CMD"][-1]) == c["args"]
+    assert exec_form(d["ENTRYPOINT"][-1]) == c["command"]
+    assert exec_form(d["CMD"][-1]) == c["args"]
     (healthcheck,) = d["HEALTHCHECK"]
     assert "https://127.0.0.1:8443/healthz" in healthcheck
 
