@@ -13,7 +13,6 @@ import base64
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 import jsonpatch
 
 from enforcer.devenv.containerd import PrivateContainerd, containerd_available
-from enforcer.devenv.enforcer_process import EnforcerProcess, console_script
+from enforcer.devenv.enforcer_process import EnforcerProcess, console_script, free_port
 from enforcer.devenv.fake_resctrl import FakeResctrl
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
 from enforcer.emulator import KubeletEmulator
@@ -41,12 +40,6 @@ def say(text: str = "") -> None:
 def heading(text: str) -> None:
     say()
     say(f"== {text}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def demo_config(path: Path) -> None:

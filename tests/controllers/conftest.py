@@ -3,8 +3,6 @@ the machine's own block device and cgroup v1 blkio hierarchy for the tests that 
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # ctl_support, whatever pytest's
 
 from ctl_support import need
 
+from enforcer.devenv.disks import whole_disk
 from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
 
 
@@ -34,14 +33,7 @@ def fake_resctrl(tmp_path: Path) -> Callable[..., FakeResctrl]:
 @pytest.fixture(scope="session")
 def disk() -> tuple[str, int, int]:
     """A whole-disk block device of this machine: (path, major, minor); /dev/vda here."""
-    for path in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda"):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if stat.S_ISBLK(st.st_mode):
-            major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-            if not Path(f"/sys/dev/block/{major}:{minor}/partition").exists():
-                return path, major, minor
-    need(False, "no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
-    raise AssertionError("unreachable")
+    found = whole_disk()
+    need(found is not None, "no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
+    assert found is not None
+    return found

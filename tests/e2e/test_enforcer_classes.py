@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import grpc
 import pytest
 
 from enforcer.devenv.containerd import PrivateContainerd
+from enforcer.devenv.disks import whole_disk
 from enforcer.devenv.enforcer_process import EnforcerProcess
 from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
 from enforcer.devenv.pods import manifest, sleeper
@@ -23,20 +23,16 @@ from enforcer.emulator import KubeletEmulator, RunningPod
 pytestmark = pytest.mark.containerd
 
 
-def whole_disk() -> tuple[str, str]:
+def _disk() -> tuple[str, str]:
     """(device path, "MAJ:MIN") of a whole-disk block device of this machine."""
-    for path in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda"):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        key = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-        if stat.S_ISBLK(st.st_mode) and not Path(f"/sys/dev/block/{key}/partition").exists():
-            return path, key
-    pytest.fail("no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
+    found = whole_disk()
+    if found is None:
+        pytest.fail("no whole-disk block device (/dev/vda, /dev/sda, ...) on this machine")
+    path, major, minor = found
+    return path, f"{major}:{minor}"
 
 
-DISK, DISK_KEY = whole_disk()
+DISK, DISK_KEY = _disk()
 
 
 def config_text(read_bps: str) -> str:
