@@ -39,11 +39,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from enforcer.config import PolicyConfig
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.devenv.snapshots import SNAPSHOTS, extract_snapshots
 from enforcer.policy import PlacementError, make_policy
 from enforcer.topology import Topology, read_topology
+from resource_contract.config import PolicyConfig
 
 GiB = 1 << 30
 RESULTS = Path(__file__).resolve().parent / "results" / "policy.json"
@@ -212,8 +212,11 @@ def summarize(run: Run, peak: int, raw: Run) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench policy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench policy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--containers", type=int, default=500, help="live containers to hold")
     parser.add_argument("--churn", type=int, default=1000, help="remove/create steps")
     parser.add_argument("--snapshot", default="4-socket-server-nosnc", choices=sorted(SNAPSHOTS))

@@ -25,7 +25,7 @@ import yaml
 from enforcer import handover
 from enforcer.cluster import CONFIG_KEY, LastGoodStore, StoredConfig
 from enforcer.cluster.client import in_cluster
-from enforcer.config import Config, ConfigError, load_config, parse_config
+from enforcer.configuration import load_config, parse_config
 from enforcer.controllers.blockio import BlockIOController
 from enforcer.controllers.errors import ApplyError
 from enforcer.controllers.rdt import RdtController
@@ -33,12 +33,13 @@ from enforcer.engine import Enforcer
 from enforcer.engine.classes import ClassControllers
 from enforcer.metrics import EnforcerMetrics, MetricsServer
 from enforcer.options import RunOptions
-from enforcer.qos import parse_quantity
 from enforcer.relay.h2 import RelayServer, serve_relay
 from enforcer.relay.service import CRIService
 from enforcer.runtime import RuntimeClient
 from enforcer.state import StateStore
 from enforcer.topology import Topology, TopologyError, read_topology
+from resource_contract.config import Config, ConfigError
+from resource_contract.quantities import parse_quantity
 
 if TYPE_CHECKING:  # the cluster code imports `kubernetes`, slow to import, in its thread
     from enforcer.cluster.config_source import ClusterConfig, ClusterConfigSource, Outcome
@@ -270,7 +271,6 @@ async def run(options: RunOptions) -> int:
     heartbeat = asyncio.create_task(
         health.keep(lambda: lock.fd is not None and server.listening and not stop.is_set())
     )
-
 
     manager = ConfigManager(
         service,

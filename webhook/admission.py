@@ -20,8 +20,9 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_confi
 # pydantic needs typing_extensions.TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
-from enforcer.annotations import RESOURCES_KEY
-from webhook.mutation import Denial, Mutator
+from resource_contract.keys import RESOURCES_KEY
+from resource_contract.pod_annotation import Denial
+from webhook.mutation import Mutator
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MUTATING_OPERATIONS = ("CREATE", "UPDATE")

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from enforcer.config import Config
+from resource_contract.config import Config
 from webhook.admission import Result, bad_request, review
 from webhook.metrics import CONTENT_TYPE, Metrics
 from webhook.mutation import Mutator, Policy

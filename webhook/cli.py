@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Everything that can be wrong with the inputs is checked before the port is opened.
     config = None
     if args.config:
-        from enforcer.config import ConfigError, load_config
+        from resource_contract.config import ConfigError, load_config
 
         try:
             config = load_config(args.config)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import sys
 
-from enforcer.config import ConfigError, load_config
+from enforcer.configuration import load_config
 from enforcer.controllers.blockio import compile_classes
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt import plan_rdt, read_resctrl_info
 from enforcer.policy import resolve_cpu_sets
 from enforcer.topology import TopologyError, read_topology
+from resource_contract.config import ConfigError
 
 
 def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None) -> int:

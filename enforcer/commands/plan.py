@@ -17,8 +17,7 @@ from typing import Any
 import grpc
 import yaml
 
-from enforcer.annotations import RESOURCES_KEY
-from enforcer.config import Config, ConfigError, load_config
+from enforcer.configuration import load_config
 from enforcer.cri import api_pb2
 from enforcer.decode import ContainerRequest, DecodeError, decode_create_container
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
@@ -26,6 +25,10 @@ from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
 from enforcer.views import placements_report
+from resource_contract.config import Config, ConfigError
+from resource_contract.keys import RESOURCES_KEY
+from resource_contract.pod_annotation import Denial, build_annotation
+from resource_contract.pod_annotation import Policy as AdmissionPolicy
 
 Pod = Mapping[str, Any]
 
@@ -82,15 +85,12 @@ def _check_pod(item: Any, where: str) -> None:
 
 def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
     """The pod as the API server stores it after our webhook mutated it."""
-    from webhook.mutation import Denial, build_annotation
-    from webhook.mutation import Policy as WebhookPolicy
-
     manifest = json.loads(json.dumps(pod))
     metadata = manifest["metadata"]
     namespace = metadata.setdefault("namespace", "default")
     try:
         value = build_annotation(
-            manifest, namespace=namespace, policy=WebhookPolicy.from_config(config)
+            manifest, namespace=namespace, policy=AdmissionPolicy.from_config(config)
         )
     except Denial as exc:
         code = (

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from enforcer.config import PolicyConfig
 from enforcer.engine import Ledger, views_of
 from enforcer.policy import make_policy
 from enforcer.state import StateError, StateStore
 from enforcer.topology import Topology
 from enforcer.views import placements_report
+from resource_contract.config import PolicyConfig
 
 
 def status(state_dir: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from enforcer.annotations.classes import CLASS_NAME_PATTERN
+from resource_contract.classes import CLASS_NAME_PATTERN
 
 
 class ClassError(Exception):

@@ -14,19 +14,6 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from enforcer.annotations import (
-    RESOURCES_KEYS,
-    ClassAccess,
-    ClassRequest,
-    ClassRequestError,
-    PreferenceError,
-    ResourcesAnnotation,
-    ResourcesAnnotationError,
-    resolve_class,
-    resolve_preference,
-    validate_class_annotations,
-    validate_preference_annotations,
-)
 from enforcer.cri import api_pb2
 from enforcer.decode.kubelet import (
     MIN_SHARES,
@@ -34,7 +21,22 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from enforcer.qos import QoSClass, int_value, milli_value, qos_from_cgroup_parent
+from resource_contract.classes import (
+    ClassAccess,
+    ClassRequest,
+    ClassRequestError,
+    resolve_class,
+    validate_class_annotations,
+)
+from resource_contract.keys import RESOURCES_KEYS
+from resource_contract.preferences import (
+    PreferenceError,
+    resolve_preference,
+    validate_preference_annotations,
+)
+from resource_contract.qos import QoSClass, qos_from_cgroup_parent
+from resource_contract.quantities import int_value, milli_value
+from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
 
 DEFAULT_PERIOD = QUOTA_PERIOD
 

@@ -36,7 +36,8 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
-from enforcer.qos import int_value, milli_value, qos_class
+from resource_contract.qos import qos_class
+from resource_contract.quantities import int_value, milli_value
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]

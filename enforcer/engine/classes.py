@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import grpc
 
-from enforcer.config import Config
 from enforcer.controllers.blockio import BlockIOController
 from enforcer.controllers.cgroups import task_cgroup_dir
 from enforcer.controllers.errors import ApplyError, ClassError, ClassUnavailable
 from enforcer.controllers.rdt import RdtController
 from enforcer.decode import ContainerRequest
 from enforcer.metrics import EnforcerMetrics
+from resource_contract.config import Config
 
 log = logging.getLogger(__name__)
 

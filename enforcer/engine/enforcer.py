@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from enforcer.annotations.classes import is_runtime_class_key
-from enforcer.config import Config
 from enforcer.cri import api_pb2
 from enforcer.decode import (
     ClassSettings,
@@ -32,6 +30,8 @@ from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.runtime import RuntimeClient, RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
+from resource_contract.classes import is_runtime_class_key
+from resource_contract.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Policies: from a ContainerRequest to a Placement. Pure code, shared by the relay and `plan`."""
 
-from enforcer.config import PolicyConfig
 from enforcer.policy.base import Policy, resolve_cpu_sets
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.policy.none import NonePolicy
 from enforcer.policy.static import StaticPolicy
 from enforcer.policy.topology_aware import TopologyAwarePolicy
 from enforcer.topology import Topology
+from resource_contract.config import PolicyConfig
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy)

@@ -11,13 +11,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from enforcer.config import ConfigError, PolicyConfig
-from enforcer.config.model import reserved_is_quantity
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.model import Admitted, Placement, PoolView
-from enforcer.qos import parse_quantity
 from enforcer.topology import CPUSet, Topology
+from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
+from resource_contract.quantities import parse_quantity
 
 
 def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, CPUSet]:

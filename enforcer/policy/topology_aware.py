@@ -38,12 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from enforcer.config import PolicyConfig
 from enforcer.cpuallocator import allocate_cpus, release_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
+from resource_contract.config import PolicyConfig
 
 _EMPTY = CPUSet()
 ROOT = "root"

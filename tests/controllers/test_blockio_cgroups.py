@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ctl_support import need
 
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.blockio import (
     BlockIOController,
     blockio_cgroup_dir,

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.config import ConfigError, parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.blockio import BlockDevice, compile_classes, resolve_devices
+from resource_contract.config import ConfigError
 
 Disk = tuple[str, int, int]
 

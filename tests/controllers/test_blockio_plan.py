@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from enforcer.config import BlockIOConfig, ConfigError, parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.blockio import (
     BlockDevice,
     BlockIOClass,
@@ -20,6 +20,7 @@ from enforcer.controllers.blockio import (
     plan_writes,
     v2_weight,
 )
+from resource_contract.config import BlockIOConfig, ConfigError
 
 SDA = BlockDevice(8, 0, "/dev/sda")
 SDB = BlockDevice(8, 16, "/dev/sdb")

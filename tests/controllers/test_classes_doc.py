@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.rdt import compute_schemata, read_resctrl_info
 from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, ResctrlShape
 

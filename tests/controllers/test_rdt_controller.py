@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from enforcer.config import ConfigError, RDTConfig, parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.errors import (
     ApplyError,
     ClassUnavailable,
@@ -20,6 +20,7 @@ from enforcer.controllers.errors import (
 from enforcer.controllers.rdt import RdtController
 from enforcer.devenv.fake_cgroup import make_v1, make_v2
 from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
+from resource_contract.config import ConfigError, RDTConfig
 
 Make = Callable[..., FakeResctrl]
 SHAPE = ResctrlShape(

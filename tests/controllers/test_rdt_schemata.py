@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from enforcer.config import ConfigError, parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt import compute_schemata, plan_rdt, read_resctrl_info
 from enforcer.controllers.rdt.hardware import ResctrlInfo
 from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
+from resource_contract.config import ConfigError
 
 Make = Callable[..., FakeResctrl]
 

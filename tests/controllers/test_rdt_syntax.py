@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from enforcer.config import ConfigError, parse_config
+from enforcer.configuration import parse_config
 from enforcer.controllers.rdt.allocation import (
     BitMask,
     CacheIdAllocation,
@@ -17,6 +17,7 @@ from enforcer.controllers.rdt.allocation import (
     parse_mb_allocation,
     parse_proportion,
 )
+from resource_contract.config import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from enforcer.cli import parser
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from enforcer.devenv.manifests import dockerfile as read_dockerfile
 from enforcer.devenv.manifests import exec_form, kustomize
 

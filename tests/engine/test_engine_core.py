@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from enforcer.commands.plan import plan
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from enforcer.topology import CPUSet, Topology
 
 PODS = """
@@ -319,7 +319,7 @@ def test_init_containers_give_their_cpus_back_before_the_next_container() -> Non
     # 4 CPUs, CPU 0 reserved: a 2-CPU init container and a 2-CPU app container both fit,
     # one after the other, as they run.
     from enforcer.commands.plan import plan
-    from enforcer.config import parse_config
+    from enforcer.configuration import parse_config
     from enforcer.topology import CPUSet, Topology
 
     machine = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from enforcer.config import PolicyConfig
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, Policy, TopologyAwarePolicy, make_policy
 from enforcer.topology import CPUSet, Topology
+from resource_contract.config import PolicyConfig
 
 GiB = 1 << 30
 SNAPSHOTS = [

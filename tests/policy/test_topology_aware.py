@@ -18,11 +18,11 @@ import grpc
 import pytest
 
 from enforcer.commands.status import status
-from enforcer.config import PolicyConfig
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, TopologyAwarePolicy, make_policy
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
+from resource_contract.config import PolicyConfig
 
 MACHINE = Topology.synthetic(sockets=2, nodes_per_die=2, cores_per_node=2)
 GiB = 1 << 30
@@ -73,8 +73,15 @@ def policy(topology: Topology = MACHINE, **config: object) -> TopologyAwarePolic
         ({"sockets": 2}, ["root", "socket0", "socket1"]),  # nodes collapse into sockets
         (
             {"sockets": 2, "nodes_per_die": 2},
-            ["root", "socket0", "socket0/node0", "socket0/node1",
-             "socket1", "socket1/node2", "socket1/node3"],
+            [
+                "root",
+                "socket0",
+                "socket0/node0",
+                "socket0/node1",
+                "socket1",
+                "socket1/node2",
+                "socket1/node3",
+            ],
         ),
         ({"nodes_per_die": 2}, ["root", "node0", "node1"]),  # the single socket collapses
         (
@@ -83,8 +90,15 @@ def policy(topology: Topology = MACHINE, **config: object) -> TopologyAwarePolic
         ),
         (
             {"sockets": 2, "dies_per_socket": 2},
-            ["root", "socket0", "socket0/die0", "socket0/die1",
-             "socket1", "socket1/die0", "socket1/die1"],
+            [
+                "root",
+                "socket0",
+                "socket0/die0",
+                "socket0/die1",
+                "socket1",
+                "socket1/die0",
+                "socket1/die1",
+            ],
         ),
     ],
 )
@@ -102,21 +116,54 @@ def test_pool_tree_follows_available_cpus() -> None:
 @pytest.mark.parametrize(
     ("snapshot", "names", "mems"),
     [
-        ("4-socket-server-nosnc", ["root", "socket0", "socket1", "socket2", "socket3"],
-         ["0-3", "0", "1", "2", "3"]),
+        (
+            "4-socket-server-nosnc",
+            ["root", "socket0", "socket1", "socket2", "socket3"],
+            ["0-3", "0", "1", "2", "3"],
+        ),
         # Sub-NUMA clustering: two nodes per socket; PMEM node 4 belongs to node 0 and
         # node 5 to node 2 (distance 17), so socket1 has no memory-only node.
-        ("server", ["root", "socket0", "socket0/node0", "socket0/node2",
-                    "socket1", "socket1/node1", "socket1/node3"],
-         ["0-5", "0,2,4-5", "0,4", "2,5", "1,3", "1", "3"]),
+        (
+            "server",
+            [
+                "root",
+                "socket0",
+                "socket0/node0",
+                "socket0/node2",
+                "socket1",
+                "socket1/node1",
+                "socket1/node3",
+            ],
+            ["0-5", "0,2,4-5", "0,4", "2,5", "1,3", "1", "3"],
+        ),
         ("desktop", ["root"], ["0"]),
         ("sample1", ["root"], ["0"]),
-        ("2-socket-4-node-40-core", ["root", "socket0", "socket0/node0", "socket0/node1",
-                                     "socket1", "socket1/node2", "socket1/node3"],
-         ["0-3", "0-1", "0", "1", "2-3", "2", "3"]),
-        ("sample2", ["root", "socket0", "socket0/node0", "socket0/node2",
-                     "socket1", "socket1/node1", "socket1/node3"],
-         ["0-7", "0,2,4-5", "0,4", "2,5", "1,3,6-7", "1,6", "3,7"]),
+        (
+            "2-socket-4-node-40-core",
+            [
+                "root",
+                "socket0",
+                "socket0/node0",
+                "socket0/node1",
+                "socket1",
+                "socket1/node2",
+                "socket1/node3",
+            ],
+            ["0-3", "0-1", "0", "1", "2-3", "2", "3"],
+        ),
+        (
+            "sample2",
+            [
+                "root",
+                "socket0",
+                "socket0/node0",
+                "socket0/node2",
+                "socket1",
+                "socket1/node1",
+                "socket1/node3",
+            ],
+            ["0-7", "0,2,4-5", "0,4", "2,5", "1,3,6-7", "1,6", "3,7"],
+        ),
     ],
 )
 def test_pool_tree_of_the_snapshots(
@@ -146,22 +193,32 @@ def test_guaranteed_integer_gets_whole_cores_of_one_node() -> None:
 
 def test_shared_kinds_and_what_they_run_on() -> None:
     p = policy(reservedCPUs="0")
-    for name, milli, qos in [("b", 1500, "Burstable"), ("e", 0, "BestEffort"),
-                             ("small", 500, "Guaranteed")]:
+    for name, milli, qos in [
+        ("b", 1500, "Burstable"),
+        ("e", 0, "BestEffort"),
+        ("small", 500, "Guaranteed"),
+    ]:
         placed = p.admit(req(name, milli, qos))
         assert placed.kind == "shared" and not placed.exclusive
         assert 0 not in placed.cpus  # never on the reserved CPUs
         assert placed.mems == MACHINE.memory_nodes_of_cpus(placed.cpus)
     # Least loaded first: each went to a different, idle node.
     assert [p.placement(req(n).key).pool for n in ("b", "e", "small")] == [
-        "socket0/node1", "socket1/node2", "socket1/node3"]
+        "socket0/node1",
+        "socket1/node2",
+        "socket1/node3",
+    ]
 
 
 def test_reserved_namespace_and_prefer_reserved_run_on_reserved_cpus() -> None:
     p = policy(reservedCPUs="0,8", reservedNamespaces=["kube-system"])
     daemon = p.admit(req("daemon", 2000, namespace="kube-system"))
     assert (daemon.kind, daemon.pool, daemon.cpus, daemon.mems) == (
-        "reserved", "reserved", CPUSet.of(0, 8), CPUSet.of(0))
+        "reserved",
+        "reserved",
+        CPUSet.of(0, 8),
+        CPUSet.of(0),
+    )
     asked = p.admit(req("asked", 0, "BestEffort", reserved=True))
     assert asked.kind == "reserved"
     # The annotation overrides the namespace the other way too.
@@ -214,7 +271,11 @@ def test_prefer_shared_also_covers_whole_cpus(topologies: dict[str, Topology]) -
 def test_preserve_leaves_kubelets_pinning() -> None:
     placed = policy(reservedCPUs="0").admit(req("p", 2000, preserve=True))
     assert (placed.kind, placed.cpus, placed.mems, placed.exclusive) == (
-        "preserved", None, None, CPUSet())
+        "preserved",
+        None,
+        None,
+        CPUSet(),
+    )
 
 
 def test_without_pin_memory_mems_are_left_alone() -> None:
@@ -236,7 +297,11 @@ def test_one_cpu_guaranteed_gets_an_isolated_cpu_on_server(
     # (node0, node2, node1, node3), then the second thread of each core.
     assert [next(iter(g.exclusive)) for g in got[:8]] == [4, 6, 5, 7, 60, 62, 61, 63]
     assert [g.pool for g in got[:4]] == [
-        "socket0/node0", "socket0/node2", "socket1/node1", "socket1/node3"]
+        "socket0/node0",
+        "socket0/node2",
+        "socket1/node1",
+        "socket1/node3",
+    ]
     # The PMEM nodes go with nodes 0 and 2.
     assert [str(g.mems) for g in got[:4]] == ["0,4", "2,5", "1", "3"]
     # Isolated CPUs used up: the ninth gets an ordinary CPU.
@@ -257,8 +322,11 @@ def test_isolated_cpus_never_serve_shared_or_multi_cpu_work(
 ) -> None:
     server = topologies["server"]
     p = policy(server, reservedCPUs="0,56")
-    placed = [p.admit(req("two", 2000, isolated=True)), p.admit(req("b", 0, "BestEffort")),
-              p.admit(req("m", 1500))]
+    placed = [
+        p.admit(req("two", 2000, isolated=True)),
+        p.admit(req("b", 0, "BestEffort")),
+        p.admit(req("m", 1500)),
+    ]
     for placement in placed:
         assert not placement.cpus & server.isolated
 
@@ -283,8 +351,11 @@ def test_memory_only_nodes_go_with_their_cpu_node(topologies: dict[str, Topology
     # Least loaded first: node0 has 24 usable CPUs (28 minus the reserved core and the two
     # isolated CPUs), the others 26; ties go in pool order (node0, node2, node1, node3).
     assert [(g.pool, str(g.mems)) for g in placed] == [
-        ("socket0/node2", "2,5"), ("socket1/node1", "1,6"),
-        ("socket1/node3", "3,7"), ("socket0/node0", "0,4")]
+        ("socket0/node2", "2,5"),
+        ("socket1/node1", "1,6"),
+        ("socket1/node3", "3,7"),
+        ("socket0/node0", "0,4"),
+    ]
     shared = p.admit(req("b", 0, "BestEffort"))
     assert shared.mems == sample2.memory_nodes_of_cpus(shared.cpus)
 
@@ -405,8 +476,14 @@ def test_readmitting_a_key_keeps_its_place() -> None:
 def test_saved_state_restores_identically() -> None:
     p = policy(reservedCPUs="0")
     for i, (milli, qos) in enumerate(
-        [(1000, "Guaranteed"), (2500, "Guaranteed"), (500, "Burstable"), (0, "BestEffort"),
-         (4000, "Guaranteed"), (200, "Guaranteed")]
+        [
+            (1000, "Guaranteed"),
+            (2500, "Guaranteed"),
+            (500, "Burstable"),
+            (0, "BestEffort"),
+            (4000, "Guaranteed"),
+            (200, "Guaranteed"),
+        ]
     ):
         p.admit(req(f"p{i}", milli, qos, memory=GiB))
     saved = json.loads(json.dumps(p.to_state()))
@@ -445,8 +522,12 @@ def test_status_prints_the_pool_tree(tmp_path: Path, capsys: pytest.CaptureFixtu
     p.admit(req("g", 2000))
     config = PolicyConfig(name="topology-aware", reservedCPUs="0")
     StateStore(tmp_path).save(
-        {"topology": MACHINE.to_dict(), "policyConfig": config.model_dump(),
-         "policy": p.to_state(), "containers": []}
+        {
+            "topology": MACHINE.to_dict(),
+            "policyConfig": config.model_dump(),
+            "policy": p.to_state(),
+            "containers": [],
+        }
     )
     assert status(str(tmp_path)) == 0
     out = capsys.readouterr().out

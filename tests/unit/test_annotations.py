@@ -4,18 +4,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from enforcer.annotations import (
+from resource_contract.classes import (
     ClassAccess,
     ClassRequestError,
-    PreferenceError,
-    ResourcesAnnotation,
-    ResourcesAnnotationError,
     class_keys,
     resolve_class,
-    resolve_preference,
     validate_class_annotations,
+)
+from resource_contract.preferences import (
+    PreferenceError,
+    resolve_preference,
     validate_preference_annotations,
 )
+from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
 
 RDT_ORDER = [
     "rdtclass.resource-enforcer.dev/container.app",

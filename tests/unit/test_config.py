@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.config import ConfigError, load_config, parse_config
+from enforcer.configuration import load_config, parse_config
+from resource_contract.config import ConfigError
 
 FULL = """
 policy:

@@ -7,10 +7,10 @@ import json
 import grpc
 import pytest
 
-from enforcer.annotations import ClassAccess
 from enforcer.cri import api_pb2
 from enforcer.decode import ClassSettings, DecodeError, decode_create_container
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
+from resource_contract.classes import ClassAccess
 
 UID = "0b5c9c5e-1111-4a4a-9c9c-123456789abc"
 

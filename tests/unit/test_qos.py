@@ -2,7 +2,7 @@
 
 import pytest
 
-from enforcer.qos import qos_class, qos_from_cgroup_parent
+from resource_contract.qos import qos_class, qos_from_cgroup_parent
 
 
 def _c(requests: dict | None = None, limits: dict | None = None) -> dict:

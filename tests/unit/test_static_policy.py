@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from enforcer.config import ConfigError, PolicyConfig
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, StaticPolicy, make_policy
 from enforcer.topology import CPUSet, Topology
+from resource_contract.config import ConfigError, PolicyConfig
 
 MACHINE = Topology.synthetic(sockets=2, cores_per_node=4, threads_per_core=2)  # 16 CPUs
 

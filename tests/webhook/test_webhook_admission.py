@@ -23,7 +23,7 @@ from wh_support import (
     with_field,
 )
 
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from webhook.admission import review as handle
 from webhook.mutation import Mutator, Policy
 

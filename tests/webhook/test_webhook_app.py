@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wh_support import CONFIG_YAML, body, container, deployment_pod, pod, review
 
-from enforcer.config import parse_config
+from enforcer.configuration import parse_config
 from webhook.app import MAX_BODY, create_app
 from webhook.logs import JSONFormatter, setup_logging
 

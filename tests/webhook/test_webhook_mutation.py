@@ -13,19 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wh_support import CONFIG_YAML, RESOURCES_KEY, annotation, apply, container, pod
 
-from enforcer.config import parse_config
-from enforcer.qos import qos_class
-from webhook.mutation import (
-    ANNOTATION_PATH,
-    Denial,
-    Mutator,
-    Policy,
-    build_annotation,
-    escape_pointer_token,
-    is_request_key,
-    mutate_pod,
-    quantity_text,
-)
+from enforcer.configuration import parse_config
+from resource_contract.pod_annotation import Denial, build_annotation, is_request_key, quantity_text
+from resource_contract.qos import qos_class
+from webhook.mutation import ANNOTATION_PATH, Mutator, Policy, escape_pointer_token, mutate_pod
 
 CONFIGURED = Policy.from_config(parse_config(yaml.safe_load(CONFIG_YAML)))
 OPEN = Policy()
@@ -454,8 +445,8 @@ def test_bad_quantity_is_denied(bad: str) -> None:
 
 
 def test_request_key_filter_covers_every_class_and_preference_key() -> None:
-    from enforcer.annotations import class_keys, preference_keys
-    from enforcer.annotations.preferences import PREFERENCES
+    from resource_contract.classes import class_keys
+    from resource_contract.preferences import PREFERENCES, preference_keys
 
     for kind in ("rdt", "blockio"):
         assert all(is_request_key(k) for k in class_keys(kind, "c"))  # type: ignore[arg-type]

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from enforcer.annotations.classes import CLASS_NAME_PATTERN
+from resource_contract.classes import CLASS_NAME_PATTERN
 
 if TYPE_CHECKING:
-    from enforcer.config.model import RDTConfig
+    from resource_contract.config import RDTConfig
 
 Level = Literal["L3", "L2"]
 LEVELS: tuple[Level, ...] = ("L3", "L2")  # the kernel's order in a schemata file
@@ -593,7 +593,7 @@ def parse_rdt(config: RDTConfig, problems: list[str] | None = None) -> ParsedRdt
         problems.extend(line for line in out if line not in problems)
         return parsed
     if out:
-        from enforcer.config.model import ConfigError
+        from resource_contract.config import ConfigError
 
         raise ConfigError(list(out))
     return parsed

@@ -17,15 +17,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from enforcer.annotations.classes import CLASS_NAME_PATTERN
 from enforcer.controllers.cgroups import task_ids
 from enforcer.controllers.errors import ApplyError, InvalidClassName, RdtUnavailable, UnknownClass
 from enforcer.controllers.rdt.allocation import ROOT_CLASS, parse_rdt
 from enforcer.controllers.rdt.hardware import ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, default_schemata, plan_rdt
+from resource_contract.classes import CLASS_NAME_PATTERN
 
 if TYPE_CHECKING:
-    from enforcer.config.model import RDTConfig
+    from resource_contract.config import RDTConfig
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from enforcer.controllers.rdt.allocation import (
 from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo
 
 if TYPE_CHECKING:
-    from enforcer.config.model import RDTConfig
+    from resource_contract.config import RDTConfig
 
 _FIELD = {"L3": "l3Allocation", "L2": "l2Allocation"}
 _OPTION = {"L3": "l3", "L2": "l2", "MB": "mb"}
@@ -262,7 +262,7 @@ def _users(parsed: ParsedRdt, level: str) -> list[str]:
 def plan_rdt(config: RDTConfig | ParsedRdt, info: ResctrlInfo) -> RdtPlan:
     """Each class's schemata on this machine. ConfigError, one `key.path: reason` line per
     problem, when the configuration does not fit the hardware."""
-    from enforcer.config.model import ConfigError
+    from resource_contract.config import ConfigError
 
     parsed = config if isinstance(config, ParsedRdt) else parse_rdt(config)
     out = _Problems()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from enforcer.annotations.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
+from resource_contract.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
 
 PREFERENCES: tuple[str, ...] = (
     "prefer-isolated-cpus",

@@ -1,21 +1,24 @@
-"""The configuration file's schema: strict, every problem reported with its key path.
+"""The configuration file's schema, one file for both programs: strict, problems named by key path.
 
-This validates what can be checked without the machine (types, names, syntax, and for RDT and
-block I/O the goresctrl value formats). Checks against the hardware (reserved CPUs outside the
-machine, masks wider than the cache, devices) are made by `check-config` with `--sysfs-root` /
-`--resctrl-root` and by the enforcer with its topology and resctrl info at hand.
+This validates what can be checked without the machine and without the enforcer's controllers:
+types, names, the shapes of the `rdt` and `blockio` sections. The enforcer adds its controllers'
+checks of the goresctrl value formats (passed in as `checks`), and checks against the hardware
+(reserved CPUs outside the machine, masks wider than the cache, devices) are made by
+`check-config` with `--sysfs-root` / `--resctrl-root` and by the enforcer at start.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from enforcer.annotations.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+from resource_contract.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+from resource_contract.quantities import parse_quantity
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 # The root resctrl group's name in goresctrl's configuration.
@@ -70,8 +73,6 @@ class PolicyConfig(_Strict):
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ValueError('must be a cpuset such as "0-1" or a CPU quantity such as 2')
         if reserved_is_quantity(value):
-            from enforcer.qos import parse_quantity
-
             try:
                 quantity = parse_quantity(value)
             except ValueError:
@@ -103,9 +104,9 @@ class RDTOptions(_Strict):
 
 
 # RDT and block I/O use goresctrl's formats unchanged. Pydantic checks their shape (known keys,
-# lists, maps); the values' syntax is checked in parse_config by the controllers' pure parsers
-# (enforcer.controllers.rdt.allocation, enforcer.controllers.blockio), which name the exact key
-# path of each problem. Allocation values stay raw here: their meaning depends on the hardware.
+# lists, maps); the enforcer checks the values' syntax with its controllers' pure parsers
+# (passed to parse_config as `checks`), which name the exact key path of each problem.
+# Allocation values stay raw here: their meaning depends on the hardware.
 CacheAllocation = Any  # "60%", "50-100%", "0xff0", "4-11", or {all: ..., "0": ...}
 MBAllocation = Any  # ["50%", "1000MBps"] or {all: [...], "0": [...]}
 
@@ -218,8 +219,13 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "RDTClass", "function-after"}
 
 
-def parse_config(data: Any) -> Config:
-    """Validates already-loaded YAML; raises ConfigError naming each problem's key path."""
+# A further check of a schema-valid configuration: one `key.path: reason` line per problem.
+ConfigCheck = Callable[["Config"], list[str]]
+
+
+def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
+    """Validates already-loaded YAML, then runs `checks`; raises ConfigError naming each
+    problem's key path."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -233,11 +239,7 @@ def parse_config(data: Any) -> Config:
             if line not in problems:
                 problems.append(line)
         raise ConfigError(problems) from None
-    # Imported here: the controllers import this module for ConfigError.
-    from enforcer.controllers.blockio import check_blockio
-    from enforcer.controllers.rdt.allocation import check_rdt
-
-    problems = [*check_rdt(config.rdt), *check_blockio(config.blockio)]
+    problems = [problem for check in checks for problem in check(config)]
     for kind in ("rdt", "blockio"):
         configured = config.configured_classes(kind)
         for name in getattr(config.classAccess, kind):
@@ -250,8 +252,8 @@ def parse_config(data: Any) -> Config:
     return config
 
 
-def load_config(path: str | Path) -> Config:
-    """Reads and validates a configuration file."""
+def load_config(path: str | Path, checks: Iterable[ConfigCheck] = ()) -> Config:
+    """Reads and validates a configuration file (see `parse_config`)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -260,4 +262,4 @@ def load_config(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
-    return parse_config(data)
+    return parse_config(data, checks)

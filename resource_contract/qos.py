@@ -1,47 +1,24 @@
 """Kubernetes QoS classes: from a pod spec (as the API server does) and from a cgroup parent.
 
-Pure functions; quantities are compared through the `kubernetes` client's parser.
+Pure functions; quantities are compared as the API server parses them.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
+from resource_contract.quantities import parse_quantity
+
 QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _QOS_RESOURCES = ("cpu", "memory")
-
-
-def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes quantity ("1500m", "1Gi", 2) as a Decimal; ValueError when malformed."""
-    # Imported here: the kubernetes package takes ~0.4 s to import and most callers never need it.
-    from kubernetes.utils.quantity import parse_quantity as _parse
-
-    # The client's parser takes "NaN", "Infinity" and padded strings, which Kubernetes refuses.
-    if isinstance(value, str) and value != value.strip():
-        raise ValueError(f"invalid quantity {value!r}: surrounding whitespace")
-    quantity = _parse(value)
-    if not quantity.is_finite():
-        raise ValueError(f"invalid quantity {value!r}: not a finite number")
-    return quantity
 
 
 def _positive(quantities: Mapping[str, Any] | None) -> dict[str, Decimal]:
     parsed = {k: parse_quantity(v) for k, v in (quantities or {}).items() if k in _QOS_RESOURCES}
     return {k: v for k, v in parsed.items() if v > 0}
-
-
-def milli_value(value: object) -> int:
-    """A quantity in thousandths, rounded up (resource.Quantity.MilliValue())."""
-    return math.ceil(parse_quantity(value) * 1000)
-
-
-def int_value(value: object) -> int:
-    """A quantity as an integer, rounded up (resource.Quantity.Value())."""
-    return math.ceil(parse_quantity(value))
 
 
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:

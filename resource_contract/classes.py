@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from enforcer.annotations.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
+from resource_contract.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
 
 ClassKind = Literal["rdt", "blockio"]
 CLASS_KINDS: tuple[ClassKind, ...] = ("rdt", "blockio")

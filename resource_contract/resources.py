@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from enforcer.annotations.classes import ClassKind
+from resource_contract.classes import ClassKind
 
 
 class ResourcesAnnotationError(ValueError):

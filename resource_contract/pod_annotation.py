@@ -1,0 +1,222 @@
+"""A pod's `resource-enforcer.dev/resources` annotation: what the webhook writes, plan computes.
+
+Pure: the pod is a plain dict (as the AdmissionReview carries it). The annotation depends only
+on a small, hashable part of the pod (`PodInput`: container names and resources, the class and
+preference annotations, the namespace), so a caller can memoize it. Everything is
+deterministic, so a second pass over the pod it produced yields the same annotation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from resource_contract.classes import (
+    CLASS_KINDS,
+    ClassAccess,
+    ClassKind,
+    ClassRequestError,
+    resolve_class,
+    validate_class_annotations,
+)
+from resource_contract.config import Config
+from resource_contract.preferences import PreferenceError, validate_preference_annotations
+from resource_contract.qos import qos_class
+from resource_contract.quantities import parse_quantity
+from resource_contract.resources import ContainerResources, ResourcesAnnotation
+
+Pairs = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the webhook checks class requests against; built once, at start-up."""
+
+    # None: no --config, so any well-formed class name goes and there is no QoS default.
+    configured: Mapping[ClassKind, frozenset[str]] | None = None
+    access: ClassAccess | None = None
+
+    @classmethod
+    def from_config(cls, config: Config | None) -> Policy:
+        if config is None:
+            return cls()
+        return cls(
+            configured={k: frozenset(config.configured_classes(k)) for k in CLASS_KINDS},
+            access=config.class_access(),
+        )
+
+
+class Denial(Exception):
+    """The pod must be refused; `code` and `message` go into the AdmissionReview's status."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason  # for metrics: malformed, unknown, forbidden, preference, quantity
+        self.message = message
+
+
+class ContainerInput(NamedTuple):
+    name: str
+    requests: Pairs
+    limits: Pairs
+
+
+class PodInput(NamedTuple):
+    """Everything the annotation depends on; hashable, so results can be memoized.
+    (Tuples rather than frozen dataclasses: built for every admission, they are cheaper.)"""
+
+    namespace: str
+    containers: tuple[ContainerInput, ...]
+    init_containers: tuple[ContainerInput, ...]
+    annotations: Pairs  # only the class and preference annotations (see `is_request_key`)
+
+
+def is_request_key(key: str) -> bool:
+    """A cheap superset test of the class and preference annotation keys, in every dialect.
+
+    Every class key holds `rdt` or `blockio` (rdtclass.*, rdt.resources.beta..., blockioclass.*,
+    blockio.resources.beta...), every preference key `prefer-` or `cpu.preserve`; the shared
+    validators look only at such keys, so handing them this subset changes nothing, and a pod
+    with twenty unrelated annotations costs no more than one without.
+    """
+    return "rdt" in key or "blockio" in key or "prefer-" in key or "cpu.preserve" in key
+
+
+def _container_inputs(containers: Any) -> tuple[ContainerInput, ...]:
+    out = []
+    for c in containers or ():
+        resources = c.get("resources")
+        if resources:
+            requests, limits = resources.get("requests"), resources.get("limits")
+            out.append(
+                ContainerInput(
+                    c["name"],
+                    tuple(requests.items()) if requests else (),
+                    tuple(limits.items()) if limits else (),
+                )
+            )
+        else:
+            out.append(ContainerInput(c["name"], (), ()))
+    return tuple(out)
+
+
+def pod_input(pod: Mapping[str, Any], namespace: str) -> PodInput:
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations")
+    spec = pod.get("spec") or {}
+    return PodInput(
+        namespace,
+        # Ephemeral containers are left out: they come through a subresource, have no
+        # resources, and the enforcer leaves them alone.
+        _container_inputs(spec.get("containers")),
+        _container_inputs(spec.get("initContainers")),
+        tuple([(k, v) for k, v in annotations.items() if is_request_key(k)]) if annotations else (),
+    )
+
+
+def quantity_text(value: str | int | float) -> str:
+    """A quantity as the spec wrote it; a JSON number becomes its decimal text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value)) if abs(value) < 1e15 else repr(value)
+    return repr(value)
+
+
+def _check_quantities(pod: PodInput) -> None:
+    """Every quantity, not only the cpu and memory that the QoS class reads, must parse the
+    way the enforcer will parse it."""
+    for field, containers in (
+        ("initContainers", pod.init_containers),
+        ("containers", pod.containers),
+    ):
+        for c in containers:
+            for part, pairs in (("requests", c.requests), ("limits", c.limits)):
+                for name, value in pairs:
+                    try:
+                        parse_quantity(value)
+                    except (ValueError, ArithmeticError, TypeError):
+                        raise Denial(
+                            400,
+                            "quantity",
+                            f'{field} "{c.name}": resources.{part}.{name}: '
+                            f'"{quantity_text(value)}" is not a valid quantity',
+                        ) from None
+
+
+def _spec(pod: PodInput) -> dict[str, Any]:
+    def containers(cs: tuple[ContainerInput, ...]) -> list[dict[str, Any]]:
+        return [
+            {"name": c.name, "resources": {"requests": dict(c.requests), "limits": dict(c.limits)}}
+            for c in cs
+        ]
+
+    return {
+        "containers": containers(pod.containers),
+        "initContainers": containers(pod.init_containers),
+    }
+
+
+def _classes(
+    annotations: Mapping[str, str], container: str, *, qos: str, namespace: str, policy: Policy
+) -> dict[str, str] | None:
+    if not annotations and policy.configured is None:
+        return None  # nothing asked, and no QoS-named default without a configuration
+    found: dict[str, str] = {}
+    for kind in CLASS_KINDS:
+        try:
+            request = resolve_class(
+                annotations,
+                kind,
+                container,
+                qos=qos,
+                namespace=namespace,
+                configured=None if policy.configured is None else policy.configured[kind],
+                access=policy.access,
+            )
+        except ClassRequestError as exc:
+            raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+        if request is not None:
+            found[kind] = request.name
+    return found or None
+
+
+def compute_annotation(pod: PodInput, policy: Policy) -> str:
+    """The annotation's value; raises Denial for a request that must be refused."""
+    annotations = dict(pod.annotations)
+    try:
+        validate_preference_annotations(annotations)
+    except PreferenceError as exc:
+        raise Denial(400, "preference", str(exc)) from None
+    try:
+        # Refuses a malformed name even for a container the pod does not have (a mistyped
+        # container name would otherwise hide it).
+        validate_class_annotations(annotations)
+    except ClassRequestError as exc:
+        raise Denial(400, exc.reason, str(exc)) from None
+    _check_quantities(pod)
+    qos = qos_class(_spec(pod))
+
+    def entries(containers: tuple[ContainerInput, ...]) -> dict[str, ContainerResources]:
+        return {
+            c.name: ContainerResources(
+                requests={k: quantity_text(v) for k, v in c.requests},
+                limits={k: quantity_text(v) for k, v in c.limits},
+                classes=_classes(
+                    annotations, c.name, qos=qos, namespace=pod.namespace, policy=policy
+                ),
+            )
+            for c in containers
+        }
+
+    return ResourcesAnnotation(
+        containers=entries(pod.containers), initContainers=entries(pod.init_containers)
+    ).to_json()
+
+
+def build_annotation(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> str:
+    """The annotation's value for a pod given as a plain dict (uncached)."""
+    return compute_annotation(pod_input(pod, namespace), policy)

@@ -1,0 +1,76 @@
+"""Kubernetes resource quantities ("1500m", "1Gi", 2), parsed by the API server's grammar.
+
+Pure and bounded: a quantity's magnitude is checked before anything is computed from it, so an
+annotation such as `1e999990` is refused at once instead of costing seconds of arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+# No node has 10^24 bytes or CPUs; anything at or above is refused as out of range.
+MAX_EXPONENT = 24
+MAX_QUANTITY = Decimal(10) ** MAX_EXPONENT
+# Longer strings are refused before they are parsed (the API server's canonical forms are short).
+MAX_LENGTH = 64
+
+# <signedNumber><suffix>, suffix: binary SI, decimal SI, or a decimal exponent (e/E<signed int>).
+_QUANTITY = re.compile(
+    r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<exponent>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))"
+)
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes quantity as a Decimal; ValueError naming the problem when malformed."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}: not a number")
+    if isinstance(value, int | float | Decimal):
+        number = Decimal(value)
+        if not number.is_finite():
+            raise ValueError(f"invalid quantity {value!r}: not a finite number")
+        return _bounded(number, value)
+    if not isinstance(value, str):
+        raise ValueError(f"invalid quantity {value!r}: not a string or a number")
+    if len(value) > MAX_LENGTH:
+        raise ValueError(f"invalid quantity {value[:20]!r}...: longer than {MAX_LENGTH} characters")
+    if value != value.strip():
+        raise ValueError(f"invalid quantity {value!r}: surrounding whitespace")
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        raise ValueError(f"invalid quantity {value!r}")
+    try:
+        number = Decimal(match["number"])
+    except InvalidOperation:
+        raise ValueError(f"invalid quantity {value!r}") from None
+    if match["binary"]:
+        return _bounded(number * 1024 ** _BINARY[match["binary"]], value)
+    suffix = match["exponent"]
+    exponent = int(suffix[1:]) if suffix else _DECIMAL[match["decimal"] or ""]
+    # Checked before scaling: the exponent alone may be absurd.
+    if number and number.adjusted() + exponent >= MAX_EXPONENT:
+        raise ValueError(f"invalid quantity {value!r}: out of range (at least 10^{MAX_EXPONENT})")
+    if exponent < -MAX_EXPONENT:
+        # Smaller than any unit Kubernetes counts in (nano): a positive value rounds up to 1n.
+        return Decimal(0) if not number else Decimal("1e-9").copy_sign(number)
+    return number.scaleb(exponent)
+
+
+def _bounded(number: Decimal, value: object) -> Decimal:
+    if abs(number) >= MAX_QUANTITY:
+        raise ValueError(f"invalid quantity {value!r}: out of range (at least 10^{MAX_EXPONENT})")
+    return number
+
+
+def milli_value(value: object) -> int:
+    """A quantity in thousandths, rounded up (resource.Quantity.MilliValue())."""
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def int_value(value: object) -> int:
+    """A quantity as an integer, rounded up (resource.Quantity.Value())."""
+    return math.ceil(parse_quantity(value))
