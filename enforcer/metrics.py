@@ -45,8 +45,8 @@ class EnforcerMetrics:
         )
         self.refusals = Counter(
             "resource_enforcer_policy_refusals",
-            "CreateContainer calls refused, by gRPC code",
-            ["code"],
+            "CreateContainer calls refused, by reason",
+            ["reason"],
             registry=r,
         )
         self.cpus = Gauge(

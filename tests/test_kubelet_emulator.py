@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from enforcer.cri import api_pb2
+from enforcer.decode.kubelet import milli_cpu_to_quota, milli_cpu_to_shares
 from enforcer.emulator import kubelet as k
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -108,12 +109,12 @@ def test_linux_resources(requests, limits, shares, quota, memory) -> None:
 
 
 def test_shares_and_quota_helpers() -> None:
-    assert k.milli_cpu_to_shares(0) == 2
-    assert k.milli_cpu_to_shares(1000) == 1024
-    assert k.milli_cpu_to_shares(4000) == 4096
-    assert k.milli_cpu_to_quota(0) == 0
-    assert k.milli_cpu_to_quota(1) == 1000
-    assert k.milli_cpu_to_quota(2500) == 250_000
+    assert milli_cpu_to_shares(0) == 2
+    assert milli_cpu_to_shares(1000) == 1024
+    assert milli_cpu_to_shares(4000) == 4096
+    assert milli_cpu_to_quota(0) == 0
+    assert milli_cpu_to_quota(1) == 1000
+    assert milli_cpu_to_quota(2500) == 250_000
 
 
 def test_oom_score_adj() -> None:

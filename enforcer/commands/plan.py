@@ -1,8 +1,8 @@
 """`resource-enforcer plan`: what the webhook and the relay would do with these pods.
 
-Each pod goes the way it would in a cluster: the webhook's annotation is computed, kubelet's
-CRI requests are derived from the manifest (the kubelet emulator's pure functions), and the
-relay's decoder and policy place every container, in file order. Nothing is started.
+Each pod goes the way it would in a cluster: the webhook's annotation is computed (by the
+contract's code), what kubelet would ask the runtime for is derived from the manifest, and the
+enforcer's decoder and policy place every container, in file order. Nothing is started.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import yaml
 
 from enforcer.configuration import load_config
-from enforcer.cri import api_pb2
-from enforcer.decode import ContainerRequest, DecodeError, decode_create_container
-from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
+from enforcer.decode import ContainerCreate, ContainerRequest, DecodeError, decode_container
+from enforcer.decode.kubelet import cgroup_parent_for, resources_for
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
+from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
 from enforcer.views import placements_report
 from resource_contract.config import Config, ConfigError
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Denial, build_annotation
 from resource_contract.pod_annotation import Policy as AdmissionPolicy
+from resource_contract.qos import qos_class
 
 Pod = Mapping[str, Any]
 
@@ -93,17 +93,13 @@ def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
             manifest, namespace=namespace, policy=AdmissionPolicy.from_config(config)
         )
     except Denial as exc:
-        code = (
-            grpc.StatusCode.PERMISSION_DENIED
-            if exc.code == 403
-            else grpc.StatusCode.INVALID_ARGUMENT
-        )
-        raise DecodeError(code, f"denied at admission: {exc.message}") from None
+        reason = Reason.FORBIDDEN if exc.code == 403 else Reason.BAD_REQUEST
+        raise DecodeError(reason, f"denied at admission: {exc.message}") from None
     metadata.setdefault("annotations", {})[RESOURCES_KEY] = value
     return manifest
 
 
-def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_Planned]:
+def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     meta = pod["metadata"]
     namespace = meta.get("namespace", "default")
     uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{meta['name']}"))
@@ -117,15 +113,20 @@ def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_P
         for p in planned:
             p.error = str(exc)
         return planned
-    sandbox = sandbox_config_for(manifest, uid)
+    annotations = dict(manifest["metadata"].get("annotations") or {})
+    cgroup_parent = cgroup_parent_for(qos_class(manifest["spec"]), uid)
     for (container, init), p in zip(containers, planned, strict=True):
-        request = api_pb2.CreateContainerRequest(
-            pod_sandbox_id=uid,
-            config=container_config_for(manifest, container, uid, memory_capacity=memory),
-            sandbox_config=sandbox,
+        create = ContainerCreate(
+            pod_uid=uid,
+            pod_name=meta["name"],
+            namespace=namespace,
+            container=container["name"],
+            annotations=annotations,
+            cgroup_parent=cgroup_parent,
+            resources=resources_for(container),
         )
         try:
-            p.request = decode_create_container(request, classes=class_settings(config))
+            p.request = decode_container(create, classes=class_settings(config))
             policy.admit(p.request)
         except (DecodeError, PlacementError) as exc:
             p.request, p.error = None, str(exc)
@@ -142,8 +143,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy, memory: int) -> list[_P
 def plan(config: Config, topology: Topology, pods: Iterable[Pod]) -> tuple[Policy, list[dict]]:
     """The policy after every pod was admitted in order, and one row per container."""
     policy = make_policy(topology, config.policy)
-    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 1 << 40
-    planned = [p for pod in pods for p in _place_pod(pod, config, policy, memory)]
+    planned = [p for pod in pods for p in _place_pod(pod, config, policy)]
     all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
     rows = []
     for p in planned:

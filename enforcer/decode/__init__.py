@@ -1,19 +1,23 @@
-"""From a CRI request to what the container asked for (pure: no I/O, no runtime calls)."""
+"""From a runtime's container creation to what the container asked for (pure: no I/O)."""
 
 from enforcer.decode.request import (
     ClassSettings,
+    ContainerCreate,
     ContainerRequest,
     DecodeError,
+    KubeletResources,
     Preferences,
-    decode_create_container,
+    decode_container,
     estimate_from_cri,
 )
 
 __all__ = [
     "ClassSettings",
+    "ContainerCreate",
     "ContainerRequest",
     "DecodeError",
+    "KubeletResources",
     "Preferences",
-    "decode_create_container",
+    "decode_container",
     "estimate_from_cri",
 ]

@@ -1,12 +1,32 @@
-"""kubelet's conversions from requests and limits to CRI values (pkg/kubelet/cm).
+"""kubelet's conversions from a pod spec to what it asks the runtime for (pkg/kubelet/cm).
 
-The decoder inverts them; the kubelet emulator applies them.
+The decoder inverts them; `plan` and the kubelet emulator apply them. Pure.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from resource_contract.quantities import int_value, milli_value
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
 QUOTA_PERIOD = 100_000  # microseconds
 MIN_QUOTA = 1000
+
+
+@dataclass(frozen=True)
+class KubeletResources:
+    """The Linux resources kubelet asked the runtime for, in kubelet's units."""
+
+    cpu_shares: int = 0
+    cpu_quota: int = 0  # <= 0: no limit
+    cpu_period: int = 0  # 0: the default period
+    memory_limit: int = 0  # <= 0: no limit
+    cpuset_cpus: str = ""
+    cpuset_mems: str = ""
 
 
 def milli_cpu_to_shares(milli_cpu: int) -> int:
@@ -19,3 +39,44 @@ def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
     if milli_cpu <= 0:
         return 0
     return max(MIN_QUOTA, milli_cpu * period // 1000)
+
+
+def requests_and_limits(container: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The container's requests after API defaulting (a missing request equals the limit), and
+    its limits."""
+    res = container.get("resources") or {}
+    requests, limits = dict(res.get("requests") or {}), dict(res.get("limits") or {})
+    for name, limit in limits.items():
+        requests.setdefault(name, limit)
+    return requests, limits
+
+
+def resources_for(container: Mapping[str, Any]) -> KubeletResources:
+    """What kubelet asks the runtime for, for one container of a pod spec."""
+    requests, limits = requests_and_limits(container)
+    cpu_request = milli_value(requests["cpu"]) if "cpu" in requests else 0
+    cpu_limit = milli_value(limits["cpu"]) if "cpu" in limits else 0
+    return KubeletResources(
+        cpu_shares=milli_cpu_to_shares(cpu_request),
+        cpu_quota=milli_cpu_to_quota(cpu_limit),
+        cpu_period=QUOTA_PERIOD,
+        memory_limit=int_value(limits["memory"]) if "memory" in limits else 0,
+    )
+
+
+def cgroup_parent_for(qos: str, uid: str, driver: str = "cgroupfs") -> str:
+    """The pod's cgroup parent as kubelet sends it in LinuxPodSandboxConfig.cgroup_parent."""
+    if driver == "cgroupfs":
+        return {
+            "Guaranteed": f"/kubepods/pod{uid}",
+            "Burstable": f"/kubepods/burstable/pod{uid}",
+            "BestEffort": f"/kubepods/besteffort/pod{uid}",
+        }[qos]
+    if driver == "systemd":
+        escaped = uid.replace("-", "_")
+        return {
+            "Guaranteed": f"kubepods-pod{escaped}.slice",
+            "Burstable": f"kubepods-burstable-pod{escaped}.slice",
+            "BestEffort": f"kubepods-besteffort-pod{escaped}.slice",
+        }[qos]
+    raise ValueError(f"unknown cgroup driver {driver!r} (cgroupfs or systemd)")

@@ -1,4 +1,4 @@
-"""Decoding a CreateContainerRequest into a ContainerRequest.
+"""Decoding a runtime's container creation into a ContainerRequest: what the container asked for.
 
 The annotations tell what the pod spec said; kubelet's CRI values tell what kubelet will
 enforce. The annotation is preferred (it keeps requests kubelet folds away, such as memory
@@ -12,17 +12,17 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-import grpc
-
-from enforcer.cri import api_pb2
 from enforcer.decode.kubelet import (
     MIN_SHARES,
     QUOTA_PERIOD,
+    KubeletResources,
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from enforcer.refusal import Reason, Refusal
 from resource_contract.classes import (
     ClassAccess,
+    ClassKind,
     ClassRequest,
     ClassRequestError,
     resolve_class,
@@ -39,6 +39,20 @@ from resource_contract.quantities import int_value, milli_value
 from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
 
 DEFAULT_PERIOD = QUOTA_PERIOD
+
+
+@dataclass(frozen=True)
+class ContainerCreate:
+    """A runtime's request to create one container, as any transport delivers it."""
+
+    pod_uid: str
+    pod_name: str
+    namespace: str
+    container: str
+    annotations: Mapping[str, str]  # the pod's
+    cgroup_parent: str  # the pod's, as kubelet set it
+    resources: KubeletResources
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,12 +102,8 @@ class ContainerRequest:
         return self.cpu_request_milli // 1000
 
 
-class DecodeError(ValueError):
-    """A request that must be refused; `code` is the gRPC status to answer with."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class DecodeError(Refusal):
+    """A request that must be refused: malformed (BAD_REQUEST) or not allowed (FORBIDDEN)."""
 
 
 @dataclass(frozen=True)
@@ -105,13 +115,13 @@ class ClassSettings:
     access: ClassAccess = field(default_factory=ClassAccess)
 
 
-def estimate_from_cri(res: api_pb2.LinuxContainerResources) -> dict[str, int]:
+def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
     """Requests and limits as kubelet derived them, inverted."""
     period = res.cpu_period or DEFAULT_PERIOD
     cpu_limit = math.ceil(res.cpu_quota * 1000 / period) if res.cpu_quota > 0 else 0
     # The smallest milli-CPU giving these shares; the minimum (BestEffort's) means no request.
     cpu_request = 0 if res.cpu_shares <= MIN_SHARES else math.ceil(res.cpu_shares * 1000 / 1024)
-    memory_limit = max(res.memory_limit_in_bytes, 0)
+    memory_limit = max(res.memory_limit, 0)
     # CRI carries no memory request; a container whose CPU request equals its limit is taken
     # to be Guaranteed, whose memory request equals its limit.
     guaranteed = (
@@ -153,7 +163,7 @@ def _impossible(numbers: Mapping[str, int]) -> str | None:
     return None
 
 
-def _contradiction(numbers: Mapping[str, int], res: api_pb2.LinuxContainerResources) -> str | None:
+def _contradiction(numbers: Mapping[str, int], res: KubeletResources) -> str | None:
     """How the annotation's numbers disagree with kubelet's, or None."""
     if impossible := _impossible(numbers):
         return impossible
@@ -166,7 +176,7 @@ def _contradiction(numbers: Mapping[str, int], res: api_pb2.LinuxContainerResour
     actual = {
         "cpu_shares": res.cpu_shares,
         "cpu_quota": max(res.cpu_quota, 0),
-        "memory_limit_in_bytes": max(res.memory_limit_in_bytes, 0),
+        "memory_limit_in_bytes": max(res.memory_limit, 0),
     }
     wrong = [
         f"{k} {actual[k]} (annotation implies {v})" for k, v in expected.items() if actual[k] != v
@@ -208,33 +218,28 @@ def _resources_entry(
     return None
 
 
-def decode_create_container(
-    request: api_pb2.CreateContainerRequest,
+def decode_container(
+    create: ContainerCreate,
     *,
     classes: ClassSettings | None = None,
     warn: Callable[[str], None] = lambda _msg: None,
 ) -> ContainerRequest:
-    """The ContainerRequest of a CreateContainer call; DecodeError when it must be refused."""
+    """The ContainerRequest of a creation; DecodeError when it must be refused."""
     classes = classes or ClassSettings()
-    sandbox = request.sandbox_config
-    config = request.config
-    meta = sandbox.metadata
-    name = config.metadata.name
+    name = create.container
     if not name:
-        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, "config.metadata.name is empty")
-    pod = f"{meta.namespace}/{meta.name}"
-    annotations = dict(sandbox.annotations)
-    res = config.linux.resources
+        raise DecodeError(Reason.BAD_REQUEST, "the container's name is empty")
+    pod = f"{create.namespace}/{create.pod_name}"
+    annotations = create.annotations
+    res = create.resources
 
     try:
         validate_class_annotations(annotations)
         validate_preference_annotations(annotations)
-    except ClassRequestError as exc:
-        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, f"pod {pod}: {exc}") from None
-    except PreferenceError as exc:
-        raise DecodeError(grpc.StatusCode.INVALID_ARGUMENT, f"pod {pod}: {exc}") from None
+    except (ClassRequestError, PreferenceError) as exc:
+        raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
 
-    parent_qos = qos_from_cgroup_parent(sandbox.linux.cgroup_parent)
+    parent_qos = qos_from_cgroup_parent(create.cgroup_parent)
     found = _resources_entry(annotations, name, warn, pod)
     source = "cri"
     if found is not None:
@@ -252,24 +257,20 @@ def decode_create_container(
         numbers = estimate_from_cri(res)
     qos = parent_qos or _qos_from_numbers(numbers)
 
-    def _class(kind: str, configured: Collection[str] | None) -> ClassRequest | None:
+    def _class(kind: ClassKind, configured: Collection[str] | None) -> ClassRequest | None:
         try:
             return resolve_class(
                 annotations,
                 kind,
                 name,
                 qos=qos,
-                namespace=meta.namespace,  # type: ignore[arg-type]
+                namespace=create.namespace,
                 configured=configured,
                 access=classes.access,
             )
         except ClassRequestError as exc:
-            code = (
-                grpc.StatusCode.PERMISSION_DENIED
-                if exc.permission_denied
-                else grpc.StatusCode.INVALID_ARGUMENT
-            )
-            raise DecodeError(code, f"pod {pod}: {exc}") from None
+            reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
+            raise DecodeError(reason, f"pod {pod}: {exc}") from None
 
     rdt = _class("rdt", classes.rdt)
     blockio = _class("blockio", classes.blockio)
@@ -280,12 +281,12 @@ def decode_create_container(
         preserve=resolve_preference(annotations, "cpu.preserve", name),
     )
     return ContainerRequest(
-        pod_uid=meta.uid,
-        pod_name=meta.name,
-        namespace=meta.namespace,
+        pod_uid=create.pod_uid,
+        pod_name=create.pod_name,
+        namespace=create.namespace,
         container=name,
         qos=qos,
-        attempt=config.metadata.attempt,
+        attempt=create.attempt,
         source=source,
         preferences=prefs,
         rdt_class=rdt.name if rdt else None,

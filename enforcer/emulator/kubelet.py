@@ -31,13 +31,9 @@ import grpc
 
 from enforcer.controllers.cgroups import cgroup_path
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.decode.kubelet import (
-    QUOTA_PERIOD,
-    milli_cpu_to_quota,
-    milli_cpu_to_shares,
-)
+from enforcer.decode.kubelet import cgroup_parent_for, requests_and_limits, resources_for
 from resource_contract.qos import qos_class
-from resource_contract.quantities import int_value, milli_value
+from resource_contract.quantities import int_value
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]
@@ -62,17 +58,9 @@ _QOS_RESOURCES = ("cpu", "memory")  # the only resources that count for the QoS 
 # -- resources and QoS ----------------------------------------------------------------------
 
 
-def _resources(container: Container) -> tuple[dict[str, Any], dict[str, Any]]:
-    res = container.get("resources") or {}
-    return dict(res.get("requests") or {}), dict(res.get("limits") or {})
-
-
 def effective_requests(container: Container) -> dict[str, Any]:
     """The container's requests after API defaulting: a missing request equals the limit."""
-    requests, limits = _resources(container)
-    for name, limit in limits.items():
-        requests.setdefault(name, limit)
-    return requests
+    return requests_and_limits(container)[0]
 
 
 def all_containers(pod: Pod) -> list[Container]:
@@ -121,15 +109,12 @@ def linux_resources(
     ``qos`` and ``memory_capacity`` only matter for ``oom_score_adj``; without ``qos`` that
     field stays 0 (unset).
     """
-    requests = effective_requests(container)
-    _, limits = _resources(container)
-    cpu_request = milli_value(requests["cpu"]) if "cpu" in requests else 0
-    cpu_limit = milli_value(limits["cpu"]) if "cpu" in limits else 0
+    wanted = resources_for(container)
     res = api_pb2.LinuxContainerResources(
-        cpu_period=QUOTA_PERIOD,
-        cpu_quota=milli_cpu_to_quota(cpu_limit),
-        cpu_shares=milli_cpu_to_shares(cpu_request),
-        memory_limit_in_bytes=int_value(limits["memory"]) if "memory" in limits else 0,
+        cpu_period=wanted.cpu_period,
+        cpu_quota=wanted.cpu_quota,
+        cpu_shares=wanted.cpu_shares,
+        memory_limit_in_bytes=wanted.memory_limit,
     )
     if qos is not None:
         capacity = memory_capacity if memory_capacity is not None else node_memory_capacity()
@@ -138,24 +123,6 @@ def linux_resources(
 
 
 # -- cgroups ----------------------------------------------------------------------------------
-
-
-def cgroup_parent_for(qos: str, uid: str, driver: str = "cgroupfs") -> str:
-    """The pod's cgroup parent as kubelet sends it in LinuxPodSandboxConfig.cgroup_parent."""
-    if driver == "cgroupfs":
-        return {
-            GUARANTEED: f"/kubepods/pod{uid}",
-            BURSTABLE: f"/kubepods/burstable/pod{uid}",
-            BEST_EFFORT: f"/kubepods/besteffort/pod{uid}",
-        }[qos]
-    if driver == "systemd":
-        escaped = uid.replace("-", "_")
-        return {
-            GUARANTEED: f"kubepods-pod{escaped}.slice",
-            BURSTABLE: f"kubepods-burstable-pod{escaped}.slice",
-            BEST_EFFORT: f"kubepods-besteffort-pod{escaped}.slice",
-        }[qos]
-    raise ValueError(f"unknown cgroup driver {driver!r} (cgroupfs or systemd)")
 
 
 def remove_pod_cgroups(cgroup_parent: str, cgroupfs_root: str = "/sys/fs/cgroup") -> None:

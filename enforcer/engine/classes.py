@@ -7,23 +7,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-import grpc
-
 from enforcer.controllers.blockio import BlockIOController
 from enforcer.controllers.cgroups import task_cgroup_dir
 from enforcer.controllers.errors import ApplyError, ClassError, ClassUnavailable
 from enforcer.controllers.rdt import RdtController
 from enforcer.decode import ContainerRequest
 from enforcer.metrics import EnforcerMetrics
+from enforcer.refusal import Reason, Refusal
 from resource_contract.config import Config
 
 log = logging.getLogger(__name__)
 
 
-class ClassRefused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class ClassRefused(Refusal):
+    """An explicit class request that cannot be applied on this node."""
 
 
 class ClassControllers:
@@ -63,12 +60,12 @@ class ClassControllers:
                 blockio = None
         except ClassUnavailable as exc:
             raise ClassRefused(
-                grpc.StatusCode.FAILED_PRECONDITION,
+                Reason.NOT_SUPPORTED,
                 f"pod {request.namespace}/{request.pod_name}: {exc}",
             ) from None
         except ClassError as exc:
             raise ClassRefused(
-                grpc.StatusCode.INVALID_ARGUMENT,
+                Reason.BAD_REQUEST,
                 f"pod {request.namespace}/{request.pod_name}: {exc}",
             ) from None
         if (rdt, blockio) == (request.rdt_class, request.blockio_class):

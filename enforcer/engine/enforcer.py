@@ -16,17 +16,19 @@ from dataclasses import dataclass, replace
 import grpc
 
 from enforcer.cri import api_pb2
+from enforcer.cri.convert import container_create, kubelet_resources
 from enforcer.decode import (
     ClassSettings,
     ContainerRequest,
     DecodeError,
-    decode_create_container,
+    decode_container,
     estimate_from_cri,
 )
 from enforcer.engine.classes import ClassControllers, ClassRefused
 from enforcer.engine.ledger import Ledger, Tracked
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import PlacementError, Policy, make_policy
+from enforcer.refusal import Reason, Refusal
 from enforcer.runtime import RuntimeClient, RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
@@ -36,12 +38,8 @@ from resource_contract.config import Config
 log = logging.getLogger(__name__)
 
 
-class Refused(Exception):
-    """A CRI call the enforcer answers itself with `code` instead of passing it on."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class Refused(Refusal):
+    """A call the enforcer answers itself, refusing it, instead of passing it on."""
 
 
 @dataclass(frozen=True)
@@ -197,15 +195,17 @@ class Enforcer:
         Raises Refused when the container must not be created.
         """
         if self.not_in_charge:
-            raise Refused(grpc.StatusCode.UNAVAILABLE, self.not_in_charge)
+            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         try:
-            wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+            wanted = decode_container(
+                container_create(request), classes=self.classes, warn=log.warning
+            )
             if self.controllers is not None:
                 wanted = self.controllers.check(wanted)
             placement = self.policy.admit(wanted)
         except (DecodeError, ClassRefused, PlacementError) as exc:
-            self.metrics.refusals.labels(exc.code.name).inc()
-            raise Refused(exc.code, str(exc)) from None
+            self.metrics.refusals.labels(exc.reason.value).inc()
+            raise Refused(exc.reason, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
         self._unresolved.discard(wanted.key)  # kubelet's retry: this call decides it now
         _hide_class_annotations(request)
@@ -340,7 +340,7 @@ class Enforcer:
         """kubelet's own update: its limits apply, our pinning stays. A changed CPU request or
         limit (an in-place resize) is placed anew first; Refused when it does not fit."""
         if self.not_in_charge:
-            raise Refused(grpc.StatusCode.UNAVAILABLE, self.not_in_charge)
+            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         tracked = self.ledger.by_container(request.container_id)
         if tracked is None or not request.HasField("linux"):
             return
@@ -351,7 +351,7 @@ class Enforcer:
                 self.policy.admit(resized, keep=admitted.exclusive or None)
             except PlacementError as exc:
                 self.policy.admit(admitted.request, keep=admitted.exclusive or None)
-                raise Refused(exc.code, f"resize refused: {exc}") from None
+                raise Refused(exc.reason, f"resize refused: {exc}") from None
             log.info(
                 "resized %s: CPU request %dm -> %dm",
                 tracked.key,
@@ -511,7 +511,9 @@ class Enforcer:
         current = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
         running_on = CPUSet.parse(current.get("cpus", "") or "")
         try:
-            wanted = decode_create_container(request, classes=self.classes, warn=log.warning)
+            wanted = decode_container(
+                container_create(request), classes=self.classes, warn=log.warning
+            )
             if self.controllers is not None:
                 wanted = self.controllers.check(wanted)
             placement = self.policy.admit(wanted, keep=running_on or None)
@@ -592,7 +594,7 @@ def resized_request(
     request: ContainerRequest, resources: api_pb2.LinuxContainerResources
 ) -> ContainerRequest | None:
     """The request with kubelet's new CPU and memory values, or None when they are unchanged."""
-    numbers = estimate_from_cri(resources)
+    numbers = estimate_from_cri(kubelet_resources(resources))
     changed = {
         name: numbers[name]
         for name in ("cpu_request_milli", "cpu_limit_milli", "memory_limit")

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-import grpc
-
 from enforcer.decode import ContainerRequest, Preferences
+from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 
 PlacementKind = Literal["exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged"]
@@ -83,9 +82,8 @@ class PoolView:
     memory_used: int  # bytes charged to its memory nodes
 
 
-class PlacementError(Exception):
-    """A container the policy cannot place; `code` is the gRPC status CreateContainer fails with."""
+class PlacementError(Refusal):
+    """A container the policy cannot place: the node has no room for it."""
 
-    def __init__(self, message: str, code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED):
-        super().__init__(message)
-        self.code = code
+    def __init__(self, message: str, reason: Reason = Reason.NO_ROOM) -> None:
+        super().__init__(reason, message)

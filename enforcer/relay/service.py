@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 import grpc
 
 from enforcer.cri import api_pb2
-from enforcer.engine import Enforcer, Refused
+from enforcer.cri.convert import STATUS
+from enforcer.engine import Enforcer
+from enforcer.refusal import Refusal
 from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
 
 log = logging.getLogger(__name__)
@@ -105,9 +107,9 @@ class CRIService:
             return request
         try:
             key = await self.run(self.enforcer.create_container, request)
-        except Refused as exc:
+        except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
-            return Refuse(exc.code, str(exc))
+            return Refuse(STATUS[exc.reason], str(exc))
 
         async def created(response: Response) -> None:
             if response.status == OK and response.message is not None:
@@ -136,8 +138,8 @@ class CRIService:
             return request
         try:
             await self.run(self.enforcer.update_resources, request)
-        except Refused as exc:
-            return Refuse(exc.code, str(exc))
+        except Refusal as exc:
+            return Refuse(STATUS[exc.reason], str(exc))
         return Forward(request.SerializeToString())
 
     async def stop_container(self, call: Call) -> Forward | Refuse:

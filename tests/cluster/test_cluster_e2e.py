@@ -274,7 +274,7 @@ def test_metrics_show_the_cri_calls(
     assert sample(text, "resource_enforcer_cri_call_seconds_sum", method="CreateContainer") > 0
     assert sample(text, "resource_enforcer_policy_decisions_total", policy="static",
                   kind="exclusive") == 1  # fmt: skip
-    assert sample(text, "resource_enforcer_policy_refusals_total", code="RESOURCE_EXHAUSTED") == 1
+    assert sample(text, "resource_enforcer_policy_refusals_total", reason="no-room") == 1
     assert sample(text, "resource_enforcer_config_reloads_total", outcome="applied") == 1
     free = sample(text, "resource_enforcer_cpus", use="free")
     shared = sample(text, "resource_enforcer_cpus", use="shared")

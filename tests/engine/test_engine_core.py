@@ -16,6 +16,7 @@ from enforcer.cri import api_pb2
 from enforcer.devenv.pods import guaranteed, manifest, sleeper
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
 from enforcer.engine import Enforcer, Refused
+from enforcer.refusal import Reason
 from enforcer.runtime import RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
@@ -201,7 +202,7 @@ def test_an_enforcer_not_in_charge_refuses_to_decide(tmp_path: Path) -> None:
     e.not_in_charge = "the enforcer is stopping before it took over the node"
     with pytest.raises(Refused) as err:
         e.create_container(create_request("late", guaranteed("1")))
-    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert err.value.reason == Reason.UNAVAILABLE
     assert not e.policy.admitted
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import grpc
 import pytest
 
 from enforcer.commands.status import status
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, TopologyAwarePolicy, make_policy
+from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import PolicyConfig
@@ -437,7 +437,7 @@ def test_refusal_says_what_was_asked_and_what_the_best_pool_had() -> None:
     before = p.placements()
     with pytest.raises(PlacementError) as err:
         p.admit(req("b", 2000, memory=GiB))
-    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.reason == Reason.NO_ROOM
     # socket0 has 1 and 5 shared, but the machine keeps one shared CPU.
     assert str(err.value) == (
         "pod ns/b container b: asked for 2 exclusive CPUs and 1Gi memory; no pool has room: "

@@ -1,15 +1,17 @@
-"""Decoding CreateContainer requests as kubelet sends them (built by the kubelet emulator)."""
+"""Decoding CreateContainer requests as kubelet sends them (built by the kubelet emulator),
+through the CRI adapter into the core's decoder."""
 
 from __future__ import annotations
 
 import json
 
-import grpc
 import pytest
 
 from enforcer.cri import api_pb2
-from enforcer.decode import ClassSettings, DecodeError, decode_create_container
+from enforcer.cri.convert import container_create
+from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_container
 from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
+from enforcer.refusal import Reason
 from resource_contract.classes import ClassAccess
 
 UID = "0b5c9c5e-1111-4a4a-9c9c-123456789abc"
@@ -31,6 +33,10 @@ def request(manifest: dict, *, driver: str = "cgroupfs") -> api_pb2.CreateContai
     )
 
 
+def decode(req: api_pb2.CreateContainerRequest, **kwargs: object) -> ContainerRequest:
+    return decode_container(container_create(req), **kwargs)  # type: ignore[arg-type]
+
+
 def annotation(requests: dict, limits: dict, key: str = "resource-enforcer.dev/resources") -> dict:
     value = {"containers": {"app": {"requests": requests, "limits": limits}}, "initContainers": {}}
     return {key: json.dumps(value)}
@@ -42,7 +48,7 @@ G2 = {"cpu": "2", "memory": "1Gi"}
 @pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
 def test_guaranteed_from_the_webhook_annotation(driver: str) -> None:
     manifest = pod({"requests": G2, "limits": G2}, annotation(G2, G2))
-    got = decode_create_container(request(manifest, driver=driver))
+    got = decode(request(manifest, driver=driver))
     assert (got.qos, got.source) == ("Guaranteed", "resource-enforcer.dev/resources")
     assert (got.cpu_request_milli, got.cpu_limit_milli) == (2000, 2000)
     assert (got.memory_request, got.memory_limit) == (1 << 30, 1 << 30)
@@ -53,9 +59,7 @@ def test_guaranteed_from_the_webhook_annotation(driver: str) -> None:
 
 def test_annotation_keeps_the_memory_request_cri_does_not_carry() -> None:
     req, lim = {"cpu": "500m", "memory": "256Mi"}, {"cpu": "1", "memory": "1Gi"}
-    got = decode_create_container(
-        request(pod({"requests": req, "limits": lim}, annotation(req, lim)))
-    )
+    got = decode(request(pod({"requests": req, "limits": lim}, annotation(req, lim))))
     assert got.qos == "Burstable"
     assert (got.cpu_request_milli, got.memory_request) == (500, 256 << 20)
     assert got.exclusive_cpus == 0
@@ -73,7 +77,7 @@ def test_annotation_keeps_the_memory_request_cri_does_not_carry() -> None:
 def test_estimate_from_cri_without_annotation(
     resources: dict, qos: str, cpu_req: int, cpu_lim: int, mem_lim: int
 ) -> None:
-    got = decode_create_container(request(pod(resources)))
+    got = decode(request(pod(resources)))
     assert got.source == "cri"
     assert (got.qos, got.cpu_request_milli, got.cpu_limit_milli, got.memory_limit) == (
         qos,
@@ -88,7 +92,7 @@ def test_contradicting_annotation_falls_back_to_cri_and_warns() -> None:
     half = {"cpu": "500m", "memory": "1Gi"}
     four = {"cpu": "4", "memory": "1Gi"}
     warnings: list[str] = []
-    got = decode_create_container(
+    got = decode(
         request(pod({"requests": half, "limits": half}, annotation(four, four))),
         warn=warnings.append,
     )
@@ -102,9 +106,9 @@ def test_compatible_annotations_in_order() -> None:
         **annotation(G2, G2, "intel.com/resources"),
         **annotation(G2, G2, "noderesource.dev/resources"),
     }
-    assert decode_create_container(request(pod(res, both))).source == "noderesource.dev/resources"
+    assert decode(request(pod(res, both))).source == "noderesource.dev/resources"
     one = annotation(G2, G2, "intel.com/resources")
-    assert decode_create_container(request(pod(res, one))).source == "intel.com/resources"
+    assert decode(request(pod(res, one))).source == "intel.com/resources"
 
 
 @pytest.mark.parametrize(
@@ -118,7 +122,7 @@ def test_compatible_annotations_in_order() -> None:
 )
 def test_malformed_annotation_warns_and_uses_cri(bad: str) -> None:
     warnings: list[str] = []
-    got = decode_create_container(
+    got = decode(
         request(pod({"limits": G2}, {"resource-enforcer.dev/resources": bad})),
         warn=warnings.append,
     )
@@ -139,33 +143,31 @@ def test_classes_resolved_and_checked() -> None:
             "blockio.resources.beta.kubernetes.io/container.app": "slow",
         },
     )
-    got = decode_create_container(request(manifest), classes=classes)
+    got = decode(request(manifest), classes=classes)
     assert (got.rdt_class, got.blockio_class) == ("gold", "slow")
     manifest["metadata"]["namespace"] = "dev"
     with pytest.raises(DecodeError) as err:
-        decode_create_container(request(manifest), classes=classes)
-    assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+        decode(request(manifest), classes=classes)
+    assert err.value.reason == Reason.FORBIDDEN
     assert "rdtclass.resource-enforcer.dev/pod" in str(err.value) and '"dev"' in str(err.value)
 
 
 @pytest.mark.parametrize(
-    ("annotations", "code"),
+    ("annotations", "reason"),
     [
-        ({"rdtclass.resource-enforcer.dev/pod": "../../etc"}, grpc.StatusCode.INVALID_ARGUMENT),
+        ({"rdtclass.resource-enforcer.dev/pod": "../../etc"}, Reason.BAD_REQUEST),
         (
             {"blockioclass.resource-enforcer.dev/container.x": "a/b"},
-            grpc.StatusCode.INVALID_ARGUMENT,
+            Reason.BAD_REQUEST,
         ),
-        ({"rdtclass.resource-enforcer.dev/pod": "platinum"}, grpc.StatusCode.INVALID_ARGUMENT),
-        ({"prefer-shared-cpus.resource-enforcer.dev/pod": "yes"}, grpc.StatusCode.INVALID_ARGUMENT),
+        ({"rdtclass.resource-enforcer.dev/pod": "platinum"}, Reason.BAD_REQUEST),
+        ({"prefer-shared-cpus.resource-enforcer.dev/pod": "yes"}, Reason.BAD_REQUEST),
     ],
 )
-def test_refusals(annotations: dict, code: grpc.StatusCode) -> None:
+def test_refusals(annotations: dict, reason: Reason) -> None:
     with pytest.raises(DecodeError) as err:
-        decode_create_container(
-            request(pod({}, annotations)), classes=ClassSettings(rdt={"gold"}, blockio=set())
-        )
-    assert err.value.code == code
+        decode(request(pod({}, annotations)), classes=ClassSettings(rdt={"gold"}, blockio=set()))
+    assert err.value.reason == reason
     assert next(iter(annotations)) in str(err.value)
 
 
@@ -177,7 +179,7 @@ def test_qos_default_class_and_preferences() -> None:
             "prefer-isolated-cpus.resource-policy.nri.io/pod": "false",
         },
     )
-    got = decode_create_container(request(manifest), classes=ClassSettings(rdt={"Guaranteed"}))
+    got = decode(request(manifest), classes=ClassSettings(rdt={"Guaranteed"}))
     assert got.rdt_class == "Guaranteed" and got.blockio_class is None
     assert got.preferences.preserve is True and got.preferences.isolated is False
     assert got.preferences.shared is None
@@ -186,8 +188,8 @@ def test_qos_default_class_and_preferences() -> None:
 def test_missing_container_name_is_refused() -> None:
     req = request(pod({}))
     req.config.metadata.name = ""
-    with pytest.raises(DecodeError, match=r"config\.metadata\.name"):
-        decode_create_container(req)
+    with pytest.raises(DecodeError, match="name is empty"):
+        decode(req)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +207,7 @@ def test_impossible_annotation_values_are_not_trusted(
     # A namespace the webhook does not watch can carry any annotation: values the API server
     # would never admit must not reach the policy's accounting.
     warnings: list[str] = []
-    got = decode_create_container(
+    got = decode(
         request(pod({}, annotation(requests, limits, "noderesource.dev/resources"))),
         warn=warnings.append,
     )

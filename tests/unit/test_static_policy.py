@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import grpc
 import pytest
 
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, StaticPolicy, make_policy
+from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig
 
@@ -93,7 +93,7 @@ def test_not_enough_cpus_says_what_was_asked_and_what_is_free() -> None:
     policy.admit(req("a", 12000))
     with pytest.raises(PlacementError) as err:
         policy.admit(req("b", 4000))
-    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.reason == Reason.NO_ROOM
     assert "asked for 4 exclusive CPUs, 2 free" in str(err.value)
     # The refusal changed nothing.
     assert len(policy.taken) == 12 and req("b").key not in policy.admitted
