@@ -20,12 +20,13 @@ install: $(STAMP)
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 test: install lint
 	$(BIN)/pytest -q
 
 demo: install
-	$(BIN)/python -m enforcer.demo
+	$(BIN)/python -m tests.support.demo
 
 bench: install
 	$(BIN)/python -m bench

@@ -40,10 +40,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from enforcer.decode import ContainerRequest, Preferences
-from enforcer.devenv.snapshots import SNAPSHOTS, extract_snapshots
 from enforcer.policy import PlacementError, make_policy
 from enforcer.topology import Topology, read_topology
 from resource_contract.config import PolicyConfig
+from tests.support.snapshots import SNAPSHOTS, extract_snapshots
 
 GiB = 1 << 30
 RESULTS = Path(__file__).resolve().parent / "results" / "policy.json"

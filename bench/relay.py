@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.devenv.containerd import PrivateContainerd, containerd_available
-from enforcer.devenv.enforcer_process import EnforcerProcess
-from enforcer.devenv.pods import manifest, sleeper
-from enforcer.emulator import KubeletEmulator
+from tests.support.containerd import PrivateContainerd, containerd_available
+from tests.support.enforcer_process import EnforcerProcess
+from tests.support.kubelet import KubeletEmulator
+from tests.support.pods import manifest, sleeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

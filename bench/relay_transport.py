@@ -103,7 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         if args.socket is None:
-            from enforcer.devenv.containerd import PrivateContainerd
+            from tests.support.containerd import PrivateContainerd
 
             args.socket = stack.enter_context(PrivateContainerd(import_images=False)).socket
         return _bench(args)

@@ -1,9 +1,10 @@
 """Shared fixtures.
 
-``containerd``: a private containerd (enforcer.devenv) for the whole session. Tests that use it
-are marked ``containerd`` automatically. Where containerd, runc or busybox are missing the
-fixture FAILS, it never skips: a skipped end-to-end test would look like a pass in CI. On a
-machine without them, leave those tests out explicitly with ``pytest -m "not containerd"``.
+``containerd``: a private containerd (tests.support.containerd) for the whole session. Tests
+that use it are marked ``containerd`` automatically. Where containerd, runc or busybox are
+missing the fixture FAILS, it never skips: a skipped end-to-end test would look like a pass
+in CI. On a machine without them, leave those tests out explicitly with
+``pytest -m "not containerd"``.
 
 ``snapshot_roots`` / ``topologies``: the real servers' sysfs snapshots, extracted once.
 """
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.devenv.containerd import ContainerdError, PrivateContainerd, containerd_available
-from enforcer.devenv.snapshots import extract_snapshots
 from enforcer.topology import Topology, read_topology
+from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
+from tests.support.snapshots import extract_snapshots
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from enforcer.cri import api_pb2
 from enforcer.decode.kubelet import milli_cpu_to_quota, milli_cpu_to_shares
-from enforcer.emulator import kubelet as k
+from tests.support import kubelet as k
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 GiB = 1 << 30

@@ -15,7 +15,7 @@ import pytest
 from enforcer.cluster import STATUS_ANNOTATION, candidate_names
 from enforcer.cluster.client import make_api_client
 from enforcer.cluster.config_source import ClusterConfig, ClusterConfigSource, Outcome
-from enforcer.devenv.fake_apiserver import FakeAPIServer
+from tests.support.fake_apiserver import FakeAPIServer
 
 NS = "resource-enforcer"
 NODE = "node-1"

@@ -21,12 +21,12 @@ import pytest
 
 from enforcer.cluster import STATUS_ANNOTATION
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.devenv.containerd import PrivateContainerd
-from enforcer.devenv.enforcer_process import EnforcerProcess, free_port
-from enforcer.devenv.fake_apiserver import FakeAPIServer
-from enforcer.devenv.pods import guaranteed, manifest, sleeper
-from enforcer.emulator import KubeletEmulator, RunningPod
 from enforcer.topology import CPUSet
+from tests.support.containerd import PrivateContainerd
+from tests.support.enforcer_process import EnforcerProcess, free_port
+from tests.support.fake_apiserver import FakeAPIServer
+from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 

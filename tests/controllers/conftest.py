@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # ctl_support, whatever pytest's
 
 from ctl_support import need
 
-from enforcer.devenv.disks import whole_disk
-from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
+from tests.support.disks import whole_disk
+from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 
 
 @pytest.fixture

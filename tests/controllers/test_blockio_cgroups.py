@@ -21,7 +21,7 @@ from enforcer.controllers.blockio import (
     read_cgroup_io,
 )
 from enforcer.controllers.errors import BlockIOUnavailable, InvalidClassName, UnknownClass
-from enforcer.devenv.fake_cgroup import make_v1, make_v2
+from tests.support.fake_cgroup import make_v1, make_v2
 
 Disk = tuple[str, int, int]
 PARENT = "/kubepods/burstable/pod0f1e2d3c"
@@ -68,7 +68,7 @@ def test_cgroup_dir_v1_v2_and_systemd(tmp_path: Path) -> None:
 
 def test_the_kubelet_emulator_uses_the_same_cgroup_paths() -> None:
     from enforcer.controllers.cgroups import cgroup_path
-    from enforcer.emulator import kubelet
+    from tests.support import kubelet
 
     assert kubelet.cgroup_path is cgroup_path
 

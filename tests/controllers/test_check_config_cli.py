@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
+from tests.support.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 
 EXE = Path(sys.executable).parent / "resource-enforcer"
 Disk = tuple[str, int, int]

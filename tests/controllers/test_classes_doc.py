@@ -9,7 +9,7 @@ import yaml
 
 from enforcer.configuration import parse_config
 from enforcer.controllers.rdt import compute_schemata, read_resctrl_info
-from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, ResctrlShape
+from tests.support.fake_resctrl import CacheShape, FakeResctrl, ResctrlShape
 
 DOC = (Path(__file__).parents[2] / "docs" / "classes.md").read_text()
 

@@ -18,9 +18,9 @@ from enforcer.controllers.errors import (
     UnknownClass,
 )
 from enforcer.controllers.rdt import RdtController
-from enforcer.devenv.fake_cgroup import make_v1, make_v2
-from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 from resource_contract.config import ConfigError, RDTConfig
+from tests.support.fake_cgroup import make_v1, make_v2
+from tests.support.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 
 Make = Callable[..., FakeResctrl]
 SHAPE = ResctrlShape(

@@ -14,8 +14,8 @@ from enforcer.configuration import parse_config
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt import compute_schemata, plan_rdt, read_resctrl_info
 from enforcer.controllers.rdt.hardware import ResctrlInfo
-from enforcer.devenv.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 from resource_contract.config import ConfigError
+from tests.support.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 
 Make = Callable[..., FakeResctrl]
 

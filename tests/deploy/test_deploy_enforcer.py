@@ -17,8 +17,8 @@ import yaml
 
 from enforcer.cli import parser
 from enforcer.configuration import parse_config
-from enforcer.devenv.manifests import dockerfile as read_dockerfile
-from enforcer.devenv.manifests import exec_form, kustomize
+from tests.support.manifests import dockerfile as read_dockerfile
+from tests.support.manifests import exec_form, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

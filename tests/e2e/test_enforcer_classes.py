@@ -13,12 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from enforcer.devenv.containerd import PrivateContainerd
-from enforcer.devenv.disks import whole_disk
-from enforcer.devenv.enforcer_process import EnforcerProcess
-from enforcer.devenv.fake_resctrl import FakeResctrl, ResctrlShape
-from enforcer.devenv.pods import manifest, sleeper
-from enforcer.emulator import KubeletEmulator, RunningPod
+from tests.support.containerd import PrivateContainerd
+from tests.support.disks import whole_disk
+from tests.support.enforcer_process import EnforcerProcess
+from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
+from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.pods import manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 

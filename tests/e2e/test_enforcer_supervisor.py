@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.devenv.containerd import PrivateContainerd
-from enforcer.devenv.enforcer_process import EnforcerProcess
-from enforcer.devenv.pods import guaranteed, manifest, sleeper
-from enforcer.emulator import KubeletEmulator
+from tests.support.containerd import PrivateContainerd
+from tests.support.enforcer_process import EnforcerProcess
+from tests.support.kubelet import KubeletEmulator
+from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 

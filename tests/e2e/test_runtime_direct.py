@@ -11,10 +11,10 @@ import grpc
 import pytest
 
 from enforcer.cri import api_pb2
-from enforcer.devenv.containerd import PrivateContainerd
-from enforcer.devenv.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from enforcer.devenv.pods import manifest, sleeper
-from enforcer.emulator import KubeletEmulator, RunningPod
+from tests.support.containerd import PrivateContainerd
+from tests.support.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.pods import manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 

@@ -13,13 +13,13 @@ import pytest
 
 from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
-from enforcer.devenv.pods import guaranteed, manifest, sleeper
-from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
 from enforcer.engine import Enforcer, Refused
 from enforcer.refusal import Reason
 from enforcer.runtime import RuntimeContainer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
+from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.pods import guaranteed, manifest, sleeper
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
 CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})

@@ -11,7 +11,7 @@ import pytest
 from relay_harness import RelayThread
 
 from enforcer.cri import api_pb2
-from enforcer.devenv.containerd import PrivateContainerd
+from tests.support.containerd import PrivateContainerd
 
 pytestmark = pytest.mark.containerd
 

@@ -10,9 +10,9 @@ import pytest
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_container
-from enforcer.emulator.kubelet import container_config_for, sandbox_config_for
 from enforcer.refusal import Reason
 from resource_contract.classes import ClassAccess
+from tests.support.kubelet import container_config_for, sandbox_config_for
 
 UID = "0b5c9c5e-1111-4a4a-9c9c-123456789abc"
 

@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from enforcer.devenv.manifests import dockerfile as read_dockerfile
-from enforcer.devenv.manifests import exec_form, kustomize
+from tests.support.manifests import dockerfile as read_dockerfile
+from tests.support.manifests import exec_form, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -23,11 +23,11 @@ from typing import Any
 
 import jsonpatch
 
-from enforcer.devenv.containerd import PrivateContainerd, containerd_available
-from enforcer.devenv.enforcer_process import EnforcerProcess, console_script, free_port
-from enforcer.devenv.fake_resctrl import FakeResctrl
-from enforcer.devenv.pods import guaranteed, manifest, sleeper
-from enforcer.emulator import KubeletEmulator
+from tests.support.containerd import PrivateContainerd, containerd_available
+from tests.support.enforcer_process import EnforcerProcess, console_script, free_port
+from tests.support.fake_resctrl import FakeResctrl
+from tests.support.kubelet import KubeletEmulator
+from tests.support.pods import guaranteed, manifest, sleeper
 
 REPO = Path(__file__).resolve().parent.parent
 CERTS = REPO / "certs"
@@ -177,7 +177,7 @@ def wait_https(port: int, timeout: float = 20.0) -> None:
 def show_plan_instead(reason: str) -> int:
     say(f"containerd cannot run here: {reason}")
     say("Showing `resource-enforcer plan` on a recorded 4-socket server instead.")
-    from enforcer.devenv.snapshots import extract_snapshots
+    from tests.support.snapshots import extract_snapshots
 
     with tempfile.TemporaryDirectory() as tmp:
         roots = extract_snapshots(Path(tmp), ["4-socket-server-nosnc"])

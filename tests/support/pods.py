@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from enforcer.devenv.images import BUSYBOX_IMAGE
+from tests.support.images import BUSYBOX_IMAGE
 
 
 def manifest(

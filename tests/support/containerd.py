@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from enforcer.devenv import images
+from tests.support import images
 
 REQUIRED_BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
 # Snapshotters that cannot work in a temporary folder on ext4; disabling them also keeps their
@@ -103,7 +103,7 @@ def render_config(
     cri = '[plugins."io.containerd.grpc.v1.cri"'
     disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
     return f"""\
-# Written by enforcer.devenv.containerd: a private containerd for tests and the demo.
+# Written by tests.support.containerd: a private containerd for tests and the demo.
 version = 2
 root = {q(str(workdir / "root"))}
 state = {q(str(workdir / "state"))}

@@ -1,1 +1,0 @@
-"""Development and test environment: a private containerd and locally built images."""
