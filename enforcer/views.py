@@ -43,9 +43,7 @@ def container_table(rows: Sequence[ContainerView]) -> str:
                 (r.container_id or "pending")[:13],
             )
         )
-    if not with_ids:
-        lines = [line[:-1] for line in lines]
-    return _columns(lines)
+    return _columns(lines if with_ids else [line[:-1] for line in lines])
 
 
 def cpu_map(

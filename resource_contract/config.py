@@ -79,7 +79,7 @@ class PolicyConfig(_Strict):
                 raise ValueError(f'"{value}" is not a CPU quantity such as "1500m"') from None
             if quantity < 0:
                 raise ValueError(f'"{value}" is negative')
-        elif not _CPUSET.fullmatch(value):
+        elif not _CPUSET.fullmatch(str(value)):
             raise ValueError(
                 f'"{value}" is neither a cpuset such as "0-1" nor a CPU quantity such as "1500m"'
             )

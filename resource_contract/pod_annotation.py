@@ -162,10 +162,10 @@ def _spec(pod: PodInput) -> dict[str, Any]:
 
 def _classes(
     annotations: Mapping[str, str], container: str, *, qos: str, namespace: str, policy: Policy
-) -> dict[str, str] | None:
+) -> dict[ClassKind, str] | None:
     if not annotations and policy.configured is None:
         return None  # nothing asked, and no QoS-named default without a configuration
-    found: dict[str, str] = {}
+    found: dict[ClassKind, str] = {}
     for kind in CLASS_KINDS:
         try:
             request = resolve_class(

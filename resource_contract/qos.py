@@ -64,6 +64,9 @@ def qos_from_cgroup_parent(parent: str) -> QoSClass | None:
     match = _SYSTEMD_QOS.search(last)
     if not match:
         return None
-    return {"burstable": "Burstable", "besteffort": "BestEffort", None: "Guaranteed"}[
-        match.group(1)
-    ]
+    by_group: dict[str | None, QoSClass] = {
+        "burstable": "Burstable",
+        "besteffort": "BestEffort",
+        None: "Guaranteed",
+    }
+    return by_group[match.group(1)]

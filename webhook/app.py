@@ -191,7 +191,7 @@ class WebhookApp(FastAPI):
 
     admission: AdmissionEndpoint
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] == "http"
             and scope["method"] == "POST"
@@ -199,7 +199,7 @@ class WebhookApp(FastAPI):
         ):
             await self.admission(scope, receive, send)
             return
-        await super().__call__(scope, receive, send)  # type: ignore[arg-type]
+        await super().__call__(scope, receive, send)
 
 
 def create_app(config: Config | None = None, *, metrics: Metrics | None = None) -> WebhookApp:

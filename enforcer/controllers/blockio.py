@@ -298,7 +298,7 @@ def compile_classes(
             found = resolve(entry.Devices, f"{base}.Devices")
             problems.extend(found.problems)
             warnings.extend(found.warnings)
-            values = {"weight": entry_weight}
+            values: dict[str, Any] = {"weight": entry_weight}
             for key, attr, _, _ in THROTTLES:
                 raw = getattr(entry, key)
                 values[attr] = quantity_value(raw) if raw is not None else None

@@ -1,11 +1,11 @@
 """From a runtime's container creation to what the container asked for (pure: no I/O)."""
 
+from enforcer.decode.kubelet import KubeletResources
 from enforcer.decode.request import (
     ClassSettings,
     ContainerCreate,
     ContainerRequest,
     DecodeError,
-    KubeletResources,
     Preferences,
     decode_container,
     estimate_from_cri,

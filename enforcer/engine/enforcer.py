@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import grpc
 
@@ -179,10 +180,10 @@ class Enforcer:
         if self.controllers is not None:
             # Class definitions may have changed: rewrite every running container's files.
             for tracked in self.ledger.by_key.values():
-                admitted = policy.admitted.get(tracked.key)
-                if tracked.started and tracked.container_id and admitted is not None:
+                now = policy.admitted.get(tracked.key)
+                if tracked.started and tracked.container_id and now is not None:
                     self.controllers.apply_blockio(
-                        admitted.request, tracked.cgroup_parent, tracked.container_id
+                        now.request, tracked.cgroup_parent, tracked.container_id
                     )
         self.persist(durable=True)
         return notes
@@ -408,16 +409,16 @@ class Enforcer:
             cpus, mems = self._wanted(tracked)
             if (cpus, mems) != (tracked.applied_cpus, tracked.applied_mems):
                 holds = self.policy.placement(tracked.key).exclusive
-                moves.append((bool(holds), tracked, cpus, mems))
+                moves.append((bool(holds), tracked.container_id, tracked, cpus, mems))
         # Containers without CPUs of their own move first: by the time a container moves into
         # CPUs of its own (a reconfiguration may swap CPUs between containers), the shared
         # containers that were on them have left.
         moves.sort(key=lambda move: move[0])
-        for _, tracked, cpus, mems in moves:
+        for _, container_id, tracked, cpus, mems in moves:
             resources = tracked.linux_resources()
             _pin(resources, cpus, mems)
             try:
-                self.runtime.update_resources(tracked.container_id, resources)
+                self.runtime.update_resources(container_id, resources)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     self.policy.release(tracked.key)
@@ -595,7 +596,7 @@ def resized_request(
 ) -> ContainerRequest | None:
     """The request with kubelet's new CPU and memory values, or None when they are unchanged."""
     numbers = estimate_from_cri(kubelet_resources(resources))
-    changed = {
+    changed: dict[str, Any] = {
         name: numbers[name]
         for name in ("cpu_request_milli", "cpu_limit_milli", "memory_limit")
         if numbers[name] != getattr(request, name)

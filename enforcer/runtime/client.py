@@ -100,7 +100,8 @@ class RuntimeClient:
             timeout=self.timeout,
         )
         info = self._verbose_info(reply)
-        spec = info.get("runtimeSpec") if isinstance(info.get("runtimeSpec"), dict) else {}
+        found = info.get("runtimeSpec")
+        spec: dict[str, Any] = found if isinstance(found, dict) else {}
         config = info.get("config")
         if not isinstance(config, dict):
             return None, spec

@@ -64,36 +64,47 @@ class CPUSet(frozenset[int]):
     def __repr__(self) -> str:
         return f"CPUSet({str(self)!r})"
 
-    # frozenset's operators build a plain frozenset; wrap them so the type survives.
+    # frozenset's operators build a plain frozenset; wrap them so the type survives. Other
+    # operands are left to their own reflected operation, as frozenset does.
     def __or__(self, other: Any) -> CPUSet:
-        return _wrap(frozenset.__or__(self, other))
+        if not isinstance(other, set | frozenset):
+            return NotImplemented
+        return CPUSet(frozenset.__or__(self, other))
 
     def __and__(self, other: Any) -> CPUSet:
-        return _wrap(frozenset.__and__(self, other))
+        if not isinstance(other, set | frozenset):
+            return NotImplemented
+        return CPUSet(frozenset.__and__(self, other))
 
     def __sub__(self, other: Any) -> CPUSet:
-        return _wrap(frozenset.__sub__(self, other))
+        if not isinstance(other, set | frozenset):
+            return NotImplemented
+        return CPUSet(frozenset.__sub__(self, other))
 
     def __xor__(self, other: Any) -> CPUSet:
-        return _wrap(frozenset.__xor__(self, other))
+        if not isinstance(other, set | frozenset):
+            return NotImplemented
+        return CPUSet(frozenset.__xor__(self, other))
 
     __ror__ = __or__
     __rand__ = __and__
     __rxor__ = __xor__
 
     def __rsub__(self, other: Any) -> CPUSet:
-        return _wrap(frozenset.__rsub__(self, other))
+        if not isinstance(other, set | frozenset):
+            return NotImplemented
+        return CPUSet(i for i in other if i not in self)
 
-    def union(self, *others: Iterable[int]) -> CPUSet:
+    def union(self, *others: Iterable[Any]) -> CPUSet:
         return CPUSet(frozenset.union(self, *others))
 
-    def intersection(self, *others: Iterable[int]) -> CPUSet:
+    def intersection(self, *others: Iterable[Any]) -> CPUSet:
         return CPUSet(frozenset.intersection(self, *others))
 
-    def difference(self, *others: Iterable[int]) -> CPUSet:
+    def difference(self, *others: Iterable[Any]) -> CPUSet:
         return CPUSet(frozenset.difference(self, *others))
 
-    def symmetric_difference(self, other: Iterable[int]) -> CPUSet:
+    def symmetric_difference(self, other: Iterable[Any]) -> CPUSet:
         return CPUSet(frozenset.symmetric_difference(self, other))
 
     def copy(self) -> CPUSet:
@@ -101,13 +112,6 @@ class CPUSet(frozenset[int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (CPUSet, (sorted(self),))
-
-
-def _wrap(result: Any) -> Any:
-    # NotImplemented must pass through so Python can try the reflected operation.
-    if result is NotImplemented:
-        return result
-    return CPUSet(result)
 
 
 def _parse_item(item: str, text: str) -> range:

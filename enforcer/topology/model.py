@@ -7,7 +7,7 @@ No I/O here: `enforcer.topology.sysfs` builds a Topology from sysfs, tests build
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -206,7 +206,7 @@ class Topology:
 
     @cached_property
     def _unit_index(self) -> dict[str, dict[Any, CPUSet]]:
-        keys = {
+        keys: dict[str, Callable[[CPUInfo], Any]] = {
             "socket": lambda c: c.socket,
             "die": lambda c: c.die_key,
             "node": lambda c: c.node,
@@ -316,7 +316,7 @@ class Topology:
             for _ in range(cores_per_node)
         ]
         ncores = len(places)
-        l3_of = {
+        l3_of: Callable[[int, int, int], int | None] = {
             "socket": lambda s, d, n: s,
             "die": lambda s, d, n: s * dies_per_socket + d,
             "node": lambda s, d, n: n,

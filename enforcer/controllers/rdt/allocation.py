@@ -227,10 +227,10 @@ def _proportion(raw: Any, path: str, out: _Problems) -> Proportion | None:
     elif _BIT_LIST.fullmatch(text):
         bits = 0
         for part in text.split(","):
-            low, _, high = part.partition("-")
+            low, _dash, upper = part.partition("-")
             first = int(low)
-            last = int(high) if high else first
-            if high and last <= first:
+            last = int(upper) if upper else first
+            if upper and last <= first:
                 out.add(path, f'"{raw}": bit range "{part}" must go upwards, as in "4-11"')
                 return None
             if last >= 64:

@@ -174,7 +174,8 @@ class RdtController:
                 self._fs.write(group / "schemata", writes[name])
             except OSError as exc:
                 raise ApplyError(self._refused(f"writing {group}/schemata", exc)) from None
-        self._info, self._classes, self._schemata = info, frozenset(plan.schemata), plan.schemata
+        self._info, self._classes = info, frozenset(plan.schemata)
+        self._schemata = dict(plan.schemata)
         return [*plan.warnings, *self.prune()]
 
     def _refused(self, what: str, exc: OSError) -> str:

@@ -96,6 +96,7 @@ def root_schemata_ids(text: str) -> dict[str, tuple[int, ...]]:
 def _cat_info(info: Path, level: Level, ids: Mapping[str, tuple[int, ...]]) -> CatInfo | None:
     unified = info / level
     code, data = info / f"{level}CODE", info / f"{level}DATA"
+    names: list[str]
     if unified.is_dir():
         folder, cdp, names = unified, False, [level]
     elif code.is_dir() and data.is_dir():

@@ -301,10 +301,10 @@ def plan_rdt(config: RDTConfig | ParsedRdt, info: ResctrlInfo) -> RdtPlan:
                 masks = []
                 for cache_id in hw.cache_ids:
                     base_masks = bases[cls.partition][cache_id]
-                    base = base_masks.get(kind, base_masks["unified"])  # type: ignore[call-overload]
+                    base = base_masks.get(kind, base_masks["unified"])
                     mask = base
                     if alloc is not None:
-                        prop = alloc.at(cache_id).effective(kind)  # type: ignore[arg-type]
+                        prop = alloc.at(cache_id).effective(kind)
                         mask = _overlay(prop, base, hw, level, out) or base
                     masks.append(f"{cache_id}={mask:x}")
                 suffix = "" if kind == "unified" else kind.upper()
