@@ -35,7 +35,7 @@ def _run_relay(relay_socket: str, upstream: str, profile: str | None) -> None:
     import signal
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from enforcer.relay.h2.relay import serve_relay
+    from enforcer.relay.h2 import serve_relay
 
     async def main() -> None:
         server = await serve_relay(relay_socket, lambda _path: upstream, {})

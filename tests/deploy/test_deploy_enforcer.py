@@ -287,7 +287,7 @@ def test_probes_read_this_pods_own_health_file(
     assert all(str(health) in " ".join(c) for c in commands.values())
 
     # The probe commands themselves, run here against the file as the enforcer writes it.
-    from enforcer.daemon import HealthFile
+    from enforcer.app.health import HealthFile
 
     local = tmp_path / "enforcer.health"
 
@@ -349,7 +349,7 @@ class Block:
         if name.split(".")[0] in {blocked!r}:
             raise ImportError("not in the image: " + name)
 sys.meta_path.insert(0, Block())
-import enforcer.cli, enforcer.daemon, enforcer.cluster.config_source, enforcer.cluster.client
+import enforcer.cli, enforcer.app.run, enforcer.cluster.config_source, enforcer.cluster.client
 import enforcer.commands.plan, enforcer.commands.status, enforcer.commands.check_config
 import kubernetes.client, kubernetes.watch, kubernetes.config
 sys.argv = ["resource-enforcer", "run", "--help"]

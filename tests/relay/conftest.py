@@ -11,7 +11,7 @@ import grpc
 import pytest
 from relay_harness import GRPC_OPTIONS, FakeUpstream, RelayThread
 
-from enforcer.relay.h2.relay import Interceptor, TapFactory
+from enforcer.relay.h2 import Interceptor, TapFactory
 
 
 @pytest.fixture

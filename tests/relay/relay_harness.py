@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from enforcer.relay.h2.relay import Interceptor, RelayServer, TapFactory, serve_relay
+from enforcer.relay.h2 import Interceptor, RelayServer, TapFactory, serve_relay
 
 BIG = 64 << 20
 GRPC_OPTIONS = [

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from relay_harness import FakeUpstream, RelayThread
 
-from enforcer.relay.h2.relay import Call, Forward, Refuse
+from enforcer.relay.h2 import Call, Forward, Refuse
 
 Seen = list[tuple[str, int, float]]
 

@@ -12,13 +12,11 @@ import pytest
 from h2peer import Peer, Server, grpc_message, request_headers
 from relay_harness import FakeUpstream, RelayThread
 
+from enforcer.relay.h2 import Call, Forward, Refuse
 from enforcer.relay.h2 import frames as fr
+from enforcer.relay.h2.flow import STREAM_WINDOW
 from enforcer.relay.h2.frames import ErrorCode, Setting
-from enforcer.relay.h2.relay import (
-    STREAM_WINDOW,
-    Call,
-    Forward,
-    Refuse,
+from enforcer.relay.h2.grpc_wire import (
     format_grpc_timeout,
     parse_grpc_timeout,
     percent_decode,

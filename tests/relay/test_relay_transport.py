@@ -14,7 +14,7 @@ import grpc
 import pytest
 from relay_harness import FakeUpstream, RelayThread
 
-from enforcer.relay.h2.relay import Call, Forward, Refuse, Response
+from enforcer.relay.h2 import Call, Forward, Refuse, Response
 
 ECHO = "/test.Svc/Echo"
 

@@ -81,6 +81,14 @@ class StreamError(Exception):
         self.code = code
 
 
+def code_name(code: int) -> str:
+    """An error code's name, for logs and messages (unknown codes in hex)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code:#x}"
+
+
 _HEADER = struct.Struct(">HBBBL")  # length (high 16, low 8), type, flags, stream id
 _U32 = struct.Struct(">L")
 _SETTING = struct.Struct(">HL")

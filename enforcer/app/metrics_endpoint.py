@@ -1,0 +1,61 @@
+"""The daemon's /metrics and /healthz, bound in the background while the port is taken.
+
+The server itself is ``enforcer.metrics.MetricsServer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+
+from enforcer.metrics import EnforcerMetrics, MetricsServer
+from enforcer.relay.h2 import RelayServer
+
+log = logging.getLogger("enforcer")
+
+METRICS_RETRY_SECONDS = 2.0
+
+
+class MetricsEndpoint:
+    """/metrics and /healthz. The port may be taken for a moment (the enforcer this one takes
+    over from still holds it, with hostNetwork): then binding is retried in the background,
+    never holding up the relay."""
+
+    def __init__(self, address: str, metrics: EnforcerMetrics, relay: RelayServer) -> None:
+        self.address = address
+        self.metrics = metrics
+        self.relay = relay
+        self.server: MetricsServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def healthy(self) -> bool:
+        return self.relay.listening
+
+    def _try(self) -> OSError | None:
+        try:
+            self.server = MetricsServer(self.address, self.metrics, self.healthy).start()
+        except OSError as exc:
+            return exc
+        log.info("metrics on http://%s/metrics", self.address)
+        return None
+
+    def start(self) -> None:
+        if not self.address:
+            return
+        error = self._try()
+        if error is not None:
+            log.warning("metrics address %s: %s; retrying", self.address, error.strerror)
+            if error.errno == errno.EADDRINUSE:
+                self._task = asyncio.create_task(self._retry())
+
+    async def _retry(self) -> None:
+        while self._try() is not None:
+            await asyncio.sleep(METRICS_RETRY_SECONDS)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.server is not None:
+            self.server.close()
+            self.server = None

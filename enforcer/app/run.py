@@ -1,0 +1,255 @@
+"""`resource-enforcer run`: the wiring of the relay and the enforcer behind it, until stopped.
+
+Runs until SIGTERM or SIGINT. The relay comes first and never waits for anything else: kubelet
+reaches the runtime only through it. The runtime may come later (reconciliation retries), the
+API server later still, or never (the configuration then comes from the state folder or the
+--config file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from enforcer import handover
+from enforcer.app.cluster_source import cluster_settings, start_cluster_source
+from enforcer.app.config_precedence import ConfigManager, Start, starting_configs
+from enforcer.app.errors import StartError
+from enforcer.app.health import HealthFile
+from enforcer.app.metrics_endpoint import MetricsEndpoint
+from enforcer.app.owned_state import OwnedStateStore
+from enforcer.app.watch import ConfigWatcher
+from enforcer.cluster import LastGoodStore
+from enforcer.controllers.blockio import BlockIOController
+from enforcer.controllers.errors import ApplyError
+from enforcer.controllers.rdt import RdtController
+from enforcer.engine import Enforcer
+from enforcer.engine.classes import ClassControllers
+from enforcer.metrics import EnforcerMetrics
+from enforcer.options import RunOptions
+from enforcer.relay.h2 import RelayServer, serve_relay
+from enforcer.relay.service import CRIService
+from enforcer.runtime import RuntimeClient
+from enforcer.state import StateStore
+from enforcer.topology import Topology, TopologyError, read_topology
+from resource_contract.config import ConfigError
+from resource_contract.quantities import parse_quantity
+
+log = logging.getLogger("enforcer")
+
+IMAGE_SERVICE = "/runtime.v1.ImageService/"
+RECONCILE_RETRY_SECONDS = 2.0
+STOP_GRACE_SECONDS = 10.0
+SUCCESSOR_POLL_SECONDS = 0.5
+
+
+def _socket_path(value: str) -> str:
+    return value.removeprefix("unix://")
+
+
+def _check_address(address: str) -> None:
+    _host, sep, port = address.rpartition(":")
+    if address and not (sep and port.isdigit() and int(port) < 65536):
+        raise StartError(f"--metrics-address {address!r} is not HOST:PORT")
+
+
+def build_enforcer(
+    options: RunOptions,
+    topology: Topology,
+    store: StateStore,
+    metrics: EnforcerMetrics,
+    start: Start,
+) -> Enforcer:
+    classes = ClassControllers(
+        RdtController(options.resctrl_root),
+        BlockIOController(options.cgroupfs_root, sysfs_root=options.sysfs_root),
+        metrics,
+        cgroupfs_root=options.cgroupfs_root,
+    )
+    classes.configure(start.config)
+    return Enforcer(
+        topology=topology,
+        config=start.config,
+        store=store,
+        runtime=RuntimeClient(_socket_path(options.runtime_socket)),
+        metrics=metrics,
+        classes=classes,
+    )
+
+
+async def run(options: RunOptions) -> int:
+    # Signals are ours from the first moment: a stop asked for during start-up is honoured
+    # once serving (never a half-started relay killed), a reload then finds nothing to do.
+    stop = asyncio.Event()
+    reload = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
+    try:
+        _check_address(options.metrics_address)
+        cluster = cluster_settings(options)
+        topology = read_topology(options.sysfs_root)
+        lock = handover.StateLock(options.state_dir)
+        store = OwnedStateStore(options.state_dir, lock)
+        store.ensure_dir()
+        last_good = LastGoodStore(options.state_dir) if cluster is not None else None
+        metrics = EnforcerMetrics()
+        starts = starting_configs(options, last_good)
+        enforcer: Enforcer | None = None
+        for i, start in enumerate(starts):
+            try:
+                enforcer = build_enforcer(options, topology, store, metrics, start)
+                break
+            except (ConfigError, ApplyError) as exc:
+                if i == len(starts) - 1:
+                    raise
+                log.error("configuration from %s does not fit this node: %s", start.source, exc)
+        assert enforcer is not None
+        first = lock.try_acquire()
+    except StartError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("configuration refused: %s", problem)
+        return 1
+    except (TopologyError, ApplyError, OSError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+
+    runtime_socket = _socket_path(options.runtime_socket)
+    image_socket = _socket_path(options.image_socket or options.runtime_socket)
+    relay_socket = _socket_path(options.relay_socket)
+    service = CRIService(enforcer)
+    tasks: list[asyncio.Future[Any]] = []
+    if first:
+        enforcer.restore_saved()
+    else:
+        # Another enforcer runs on this node (a DaemonSet update): our intercepted calls
+        # queue on the worker behind taking over its state, which it hands over once it sees
+        # our socket.
+        log.info("enforcer pid %s runs on this node; taking over from it", lock.holder())
+
+        def take_over() -> None:
+            try:
+                if lock.acquire():
+                    enforcer.restore_saved()
+                    log.info("took over the state in %s", options.state_dir)
+                    return
+            except Exception:
+                log.exception("taking over the state in %s failed", options.state_dir)
+            # Without the state, no decision of this process could be right: the calls queued
+            # behind the take-over (and any later) are refused, for kubelet to retry.
+            enforcer.not_in_charge = "the enforcer is stopping before it took over the node"
+
+        tasks.append(asyncio.ensure_future(service.run(take_over)))
+        await asyncio.sleep(0)  # submitted to the worker before the relay accepts a call
+
+    def route(path: str) -> str:
+        return image_socket if path.startswith(IMAGE_SERVICE) else runtime_socket
+
+    server = await serve_relay(
+        relay_socket,
+        route,
+        service.intercepts(),
+        observer=metrics.observe_call,
+        taps=service.taps(),
+    )
+    log.info(
+        "relaying %s -> runtime %s, images %s; policy %s (configuration: %s)",
+        relay_socket,
+        runtime_socket,
+        image_socket,
+        enforcer.config.policy.name,
+        start.source,
+    )
+    metrics_server = MetricsEndpoint(options.metrics_address, metrics, server)
+    metrics_server.start()
+    health = HealthFile(options.health_file)
+    heartbeat = asyncio.create_task(
+        health.keep(lambda: lock.fd is not None and server.listening and not stop.is_set())
+    )
+
+    manager = ConfigManager(
+        service,
+        enforcer,
+        file=options.config,
+        last_good=last_good,
+        source=start.source,
+        text=start.text,
+    )
+    # The quantity parser's import (~0.4 s) is paid on the worker now, once the relay serves,
+    # rather than by the first CreateContainer.
+    tasks.append(asyncio.ensure_future(service.run(parse_quantity, "1")))
+    tasks.append(asyncio.create_task(_reconcile_until_done(service, enforcer, stop)))
+    tasks.append(asyncio.create_task(service.maintain_forever()))
+    if options.config:
+        tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
+    source = None
+    if cluster is not None:
+        source = start_cluster_source(cluster, manager, metrics)
+    succeeded = asyncio.Event()
+    watcher = asyncio.create_task(_watch_for_successor(server, succeeded))
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait(
+        [stopped, asyncio.create_task(succeeded.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
+    watcher.cancel()
+    handed_over = succeeded.is_set() and not stop.is_set()
+    if handed_over:
+        log.info("a newer enforcer listens on %s: handing over to it", relay_socket)
+    else:
+        log.info("stopping: finishing calls in flight")
+    manager.closed = True  # no configuration is applied from here on
+    for task in tasks:
+        task.cancel()
+    lock.abandon()  # when still waiting to take over: stop waiting
+    if source is not None:
+        await asyncio.to_thread(source.stop)
+    await server.close(STOP_GRACE_SECONDS)
+    await service.run(lambda: enforcer.persist(durable=True))
+    lock.release()
+    metrics_server.close()
+    if handed_over:
+        log.info("handed over; state saved in %s; idle until stopped", options.state_dir)
+        await stop.wait()  # exiting now would make kubelet restart us, and take it back
+    elif options.fallback_link and lock.held_once:
+        # Only an enforcer that was in charge: one that never took over leaves the path to
+        # whoever is (or the next one).
+        handover.leave_fallback_link(relay_socket, runtime_socket)
+    service.close()
+    enforcer.runtime.close()
+    heartbeat.cancel()
+    health.remove()
+    log.info("stopped; state saved in %s", Path(options.state_dir) / "state.json")
+    return 0
+
+
+async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) -> None:
+    own = server.socket_inode
+    while not handover.successor_listening(server.socket_path, own):
+        await asyncio.sleep(SUCCESSOR_POLL_SECONDS)
+    succeeded.set()
+
+
+async def _reconcile_until_done(
+    service: CRIService, enforcer: Enforcer, stop: asyncio.Event
+) -> None:
+    """The runtime may start after us (or be restarting): retry until it answers."""
+    while not stop.is_set():
+        try:
+            await service.run(enforcer.reconcile)
+            return
+        except grpc.RpcError as exc:
+            log.warning(
+                "cannot reconcile with the runtime yet (%s); retrying in %.0fs",
+                exc.details() if hasattr(exc, "details") else exc,
+                RECONCILE_RETRY_SECONDS,
+            )
+        await asyncio.sleep(RECONCILE_RETRY_SECONDS)

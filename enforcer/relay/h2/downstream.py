@@ -1,0 +1,193 @@
+"""A connection accepted from kubelet, where the relay is the HTTP/2 server: ``_Downstream``.
+
+The client preface, new streams (routed, intercepted or tapped), draining, and losing the
+connection. Each downstream connection opens, lazily, one upstream connection per upstream
+socket its calls are routed to (``upstream``). Header blocks are decoded with the receiving
+side's HPACK decoder and re-encoded for the other side with a stateless non-indexing encoder,
+so the two sides' HPACK contexts are independent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from enforcer.relay.h2.connection import _Endpoint
+from enforcer.relay.h2.frames import (
+    PREFACE,
+    ConnectionError_,
+    ErrorCode,
+    StreamError,
+    goaway_frame,
+    rst_stream_frame,
+)
+from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
+from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _report, _Stream
+from enforcer.relay.h2.upstream import _Upstream
+
+if TYPE_CHECKING:  # for annotations only: each of these imports this module
+    from enforcer.relay.h2.server import RelayServer
+
+log = logging.getLogger(__name__)
+
+
+class _Downstream(_Endpoint):
+    """A connection accepted from kubelet: we are the HTTP/2 server."""
+
+    role = "downstream"
+
+    def __init__(self, relay: RelayServer) -> None:
+        super().__init__(relay)
+        self.observer = relay.observer
+        self.upstreams: dict[str, _Upstream] = {}
+        self._preface = b""
+        self.draining = False
+        self._goaway_sid = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.relay._conns.add(self)
+        self._start()
+        self.relay.flush()
+        self.data_received = self._preface_received  # type: ignore[method-assign]
+
+    def _preface_received(self, data: bytes) -> None:
+        """Until the client preface is complete; then frames go to the regular path."""
+        self._preface += data
+        if len(self._preface) < len(PREFACE):
+            if not PREFACE.startswith(self._preface):
+                self._bad_preface()
+            return
+        if not self._preface.startswith(PREFACE):
+            self._bad_preface()
+            return
+        rest = self._preface[len(PREFACE) :]
+        del self.data_received  # back to the class's frame handler
+        self._preface = b""
+        if rest:
+            self.data_received(rest)
+
+    def _bad_preface(self) -> None:
+        self.connection_error(ErrorCode.PROTOCOL_ERROR, "bad HTTP/2 client preface")
+        self.data_received = lambda data: None  # type: ignore[method-assign]
+
+    def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
+        h = self.streams.get(sid)
+        if h is not None:
+            if h.remote_ended:
+                raise StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS after END_STREAM")
+            if not end:
+                raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+            h.stream.on_headers(h, headers, end)
+            return
+        if not sid & 1:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"client opened even stream {sid}")
+        if sid <= self.last_peer_sid:
+            return  # a stream we already closed (the block was decoded, to keep HPACK in step)
+        self.last_peer_sid = sid
+        if self.draining:
+            self.emit(rst_stream_frame(sid, ErrorCode.REFUSED_STREAM))
+            return
+        path = None
+        for name, value in headers:
+            if name == b":path":
+                path = value
+                break
+        if path is None:
+            raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "request without :path")
+        method = path.decode("latin-1")
+        stream = _Stream(self.relay, method)
+        if self.observer is not None:
+            stream.started = time.monotonic()
+        down = _Half(self, stream, sid)
+        stream.down = down
+        self.streams[sid] = down
+        if end:
+            down.remote_ended = True
+        interceptor = self.relay.intercepts.get(method)
+        if interceptor is None:
+            make_tap = self.relay.taps.get(method)
+            if make_tap is not None:
+                stream.mode = _TAP
+                stream.icpt = _Interception(None, headers, 0.0)
+                stream.tap = make_tap()
+            self.open_upstream(stream, headers, end)
+            return
+        stream.mode = _COLLECT
+        stream.icpt = _Interception(interceptor, headers, time.monotonic())
+        if end:
+            stream._collected()
+
+    def open_upstream(self, stream: _Stream, headers: HeaderList, end: bool) -> bool:
+        """Route ``stream`` and open it upstream (now, or once the connection is up)."""
+        try:
+            target = self.relay.route(stream.method)
+        except Exception as exc:
+            log.exception("route(%r) failed", stream.method)
+            stream.fail(_INTERNAL, f"relay: no upstream for {stream.method}: {exc}")
+            return False
+        self.upstream(target).open(stream, headers, end)
+        return True
+
+    def upstream(self, target: str) -> _Upstream:
+        """The current upstream connection to ``target``, started if there is none."""
+        conn = self.upstreams.get(target)
+        if conn is None or conn.closed or conn.going_away:
+            conn = _Upstream(self.relay, self, target)
+            self.upstreams[target] = conn
+            conn.connect()
+        return conn
+
+    def _idle(self, sid: int) -> bool:
+        return sid > self.last_peer_sid
+
+    def _ended_local(self, h: _Half) -> None:
+        h.local_ended = True
+        if h.stream.status < 0 and self.observer is not None:
+            h.stream.status = _INTERNAL  # DATA ended the response, no trailers: gRPC's reading
+        if not h.remote_ended:
+            # Our response is complete while the client is still sending: ask it to stop
+            # (RFC 9113 8.1), as gRPC servers do. Anything it still sends is ignored.
+            self.emit(rst_stream_frame(h.sid, ErrorCode.NO_ERROR))
+            h.remote_ended = True
+        self.forget(h)
+
+    def _half_failed(self, h: _Half, exc: StreamError) -> None:
+        h.stream.client_gone(ErrorCode.CANCEL)
+
+    def _stream_closed(self) -> None:
+        if self.draining and not self.streams:
+            self.close()
+
+    def drain(self) -> None:
+        """Graceful stop: GOAWAY now (no new streams), close when the last stream is done."""
+        if self.closed or self.draining:
+            return
+        self.draining = True
+        self.emit(goaway_frame(self.last_peer_sid, ErrorCode.NO_ERROR))
+        if not self.streams:
+            self.close()
+
+    def abort(self, message: str) -> None:
+        """Stop now: answer what is still running with UNAVAILABLE and close."""
+        for h in list(self.streams.values()):
+            h.stream.fail(_UNAVAILABLE, message)
+        self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.relay._conns.discard(self)
+        observer = self.observer
+        for h in list(self.streams.values()):
+            h.local_ended = h.remote_ended = True
+            h.stream.client_gone(ErrorCode.CANCEL)
+            if observer is not None:
+                _report(observer, h.stream)
+        self.streams.clear()
+        for conn in list(self.upstreams.values()):
+            conn.close()
+        self.upstreams.clear()
+        self.relay.flush()

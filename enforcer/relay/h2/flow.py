@@ -1,0 +1,191 @@
+"""HTTP/2 flow control: the windows the relay advertises, and sending within the peer's.
+
+As receiver we advertise large windows; the connection window is credited back as soon as DATA
+arrives (so one stalled stream cannot block the connection: ``_Endpoint._on_data``), a stream's
+window only once its bytes have been passed on to the other side (so a slow reader on one side
+holds back the writer on the other, with at most one stream window buffered: ``_Half.credit``).
+As sender we keep the peer's connection and stream windows and frame size, and park DATA (and
+anything after it on that stream) until a WINDOW_UPDATE makes room (``_FlowControl``, the
+sending half of every ``_Endpoint``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from enforcer.relay.h2.frames import (
+    DATA,
+    FLAG_END_STREAM,
+    MAX_WINDOW,
+    ConnectionError_,
+    ErrorCode,
+    StreamError,
+    frame_header,
+    headers_frames,
+    parse_u32,
+)
+from enforcer.relay.h2.grpc_wire import _final_status
+from enforcer.relay.h2.hpack import Encoder, HeaderList
+from enforcer.relay.h2.intercept import Observer
+
+if TYPE_CHECKING:  # for annotations only: each of these imports this module
+    from enforcer.relay.h2.connection import _Endpoint
+    from enforcer.relay.h2.streams import _Half
+
+# Receive windows we advertise. Large, so that neither kubelet nor containerd ever waits on us
+# for a normal call; a stream's window is also what the relay may buffer for that stream.
+STREAM_WINDOW = 4 << 20
+CONN_WINDOW = 64 << 20
+_STREAM_CREDIT_AT = STREAM_WINDOW // 2  # batch WINDOW_UPDATEs: one per half window
+_CONN_CREDIT_AT = CONN_WINDOW // 4
+
+# What waits in a half's queue: (kind, payload, end).
+_Q_DATA, _Q_HEADERS = 0, 1
+
+
+class _FlowControl:
+    """The sending side of a connection (``_Endpoint``): the peer's windows, WINDOW_UPDATE, and
+    sending headers and DATA on a stream as far as the windows allow, parking the rest."""
+
+    # Set by ``_Endpoint.__init__``.
+    _out: list[bytes | memoryview]
+    _dirty: list[_Endpoint]
+    _blocked: dict[_Half, None]
+    streams: dict[int, _Half]
+    send_window: int
+    peer_max_frame: int
+    encoder: Encoder
+    observer: Observer | None
+
+    if TYPE_CHECKING:  # provided by _Endpoint
+
+        def emit(self, data: bytes | memoryview) -> None: ...
+
+        def _ended_local(self, h: _Half) -> None: ...
+
+    def _adjust_windows(self, delta: int) -> None:
+        for h in list(self.streams.values()):
+            h.window += delta
+            if h.window > MAX_WINDOW:
+                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "stream window overflow")
+            if delta > 0 and h.queue:
+                self._drain(h)
+
+    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
+        increment = parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
+        if not sid:
+            if not increment:
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self.send_window += increment
+            if self.send_window > MAX_WINDOW:
+                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+            for h in list(self._blocked):
+                if self.send_window <= 0:
+                    break
+                self._drain(h)
+            return
+        h = self.streams.get(sid)
+        if not increment:
+            raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+        if h is None:
+            return
+        h.window += increment
+        if h.window > MAX_WINDOW:
+            raise StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window overflow")
+        if h.queue:
+            self._drain(h)
+
+    # --- sending on a stream
+
+    def send_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+        if h.local_ended:
+            return
+        if h.queue or not h.sid:
+            h.queue.append((_Q_HEADERS, headers, end))
+            return
+        self._emit_headers(h, headers, end)
+
+    def _emit_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+        block = self.encoder.encode(headers)
+        self.emit(headers_frames(h.sid, block, self.peer_max_frame, end))
+        h.headers_sent = True
+        if end:
+            if self.observer is not None:
+                h.stream.status = _final_status(headers)
+            self._ended_local(h)
+
+    def send_data(self, h: _Half, data: bytes, end: bool) -> None:
+        if h.local_ended:
+            return
+        n = len(data)
+        if (
+            not h.queue
+            and h.sid
+            and n <= h.window
+            and n <= self.send_window
+            and n <= self.peer_max_frame
+        ):
+            out = self._out
+            if not out:
+                self._dirty.append(self)
+            out.append(frame_header(DATA, FLAG_END_STREAM if end else 0, h.sid, n))
+            if n:
+                out.append(data)
+                h.window -= n
+                self.send_window -= n
+                if h.peer is not None:
+                    h.peer.credit(n)
+            if end:
+                self._ended_local(h)
+            return
+        h.queue.append((_Q_DATA, memoryview(data), end))
+        if h.sid:
+            self._drain(h)
+
+    def _drain(self, h: _Half) -> None:
+        """Send what waits on ``h`` as far as the windows allow."""
+        queue = h.queue
+        sid = h.sid
+        while queue:
+            kind, payload, end = queue[0]
+            if kind == _Q_HEADERS:
+                queue.popleft()
+                self._emit_headers(h, payload, end)  # type: ignore[arg-type]
+                continue
+            data: memoryview = payload  # type: ignore[assignment]
+            n = len(data)
+            if n:
+                room = min(h.window, self.send_window, self.peer_max_frame)
+                if room <= 0:
+                    if self.send_window <= 0 and h.window > 0:
+                        self._blocked[h] = None
+                    else:
+                        self._blocked.pop(h, None)
+                    return
+                if room < n:
+                    chunk = data[:room]
+                    queue[0] = (kind, data[room:], end)
+                    last = False
+                else:
+                    chunk = data
+                    room = n
+                    queue.popleft()
+                    last = end
+                self.emit(frame_header(DATA, FLAG_END_STREAM if last else 0, sid, room))
+                self.emit(chunk)
+                h.window -= room
+                self.send_window -= room
+                if h.peer is not None:
+                    h.peer.credit(room)
+            else:
+                queue.popleft()
+                last = end
+                self.emit(frame_header(DATA, FLAG_END_STREAM if end else 0, sid, 0))
+            if last:
+                self._ended_local(h)
+                break
+        self._blocked.pop(h, None)
+
+    def clear_queue(self, h: _Half) -> None:
+        h.queue.clear()
+        self._blocked.pop(h, None)

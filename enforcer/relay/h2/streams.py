@@ -1,0 +1,443 @@
+"""One call across the relay: its two halves, its state, and its interception.
+
+A call has a half on each connection (``_Half``: windows, queue, ends) and one state machine
+(``_Stream``): passing frames through, or collecting the request, running the interceptor,
+forwarding or refusing, ``on_response``, taps.
+
+Limits, by design: intercepted methods must be unary-request (one uncompressed message; other
+shapes are answered UNIMPLEMENTED), and their request, like a buffered ``on_response``
+response, is held in memory whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import grpc
+
+from enforcer.relay.h2.flow import _STREAM_CREDIT_AT, STREAM_WINDOW
+from enforcer.relay.h2.frames import ErrorCode, code_name, window_update_frame
+from enforcer.relay.h2.grpc_wire import (
+    _CANCELLED,
+    _DEADLINE_EXCEEDED,
+    _INTERNAL,
+    _RESOURCE_EXHAUSTED,
+    _UNAVAILABLE,
+    _UNIMPLEMENTED,
+    _response_of,
+    _status_headers,
+    format_grpc_timeout,
+    parse_grpc_timeout,
+)
+from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.intercept import (
+    Call,
+    Forward,
+    Interceptor,
+    Observer,
+    Refuse,
+    Response,
+    Tap,
+)
+
+if TYPE_CHECKING:  # for annotations only: each of these imports this module
+    from enforcer.relay.h2.connection import _Endpoint
+    from enforcer.relay.h2.server import RelayServer
+
+log = logging.getLogger(__name__)
+
+MAX_INTERCEPTED_MESSAGE = 64 << 20  # unary messages the relay collects for an interceptor
+
+# _TEE: passing the upstream's response through while keeping a copy for an observer.
+# _TAP: passing both ways untouched while keeping copies of request and response for a tap.
+_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE, _TAP = range(7)
+
+
+class _Half:
+    """One stream as it exists on one connection: our sending state and our receiving state."""
+
+    __slots__ = (
+        "conn",
+        "headers_sent",
+        "local_ended",
+        "peer",
+        "queue",
+        "recv_window",
+        "remote_ended",
+        "sid",
+        "stream",
+        "unacked",
+        "window",
+    )
+
+    def __init__(self, conn: _Endpoint, stream: _Stream, sid: int) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.sid = sid  # 0 until an upstream stream is opened
+        self.peer: _Half | None = None  # the same stream on the other connection
+        self.window = conn.peer_initial_window  # send window
+        self.queue: deque[tuple[int, object, bool]] = deque()  # what waits for window/opening
+        self.local_ended = False  # we sent END_STREAM or RST_STREAM
+        self.remote_ended = False  # the peer sent END_STREAM or RST_STREAM
+        self.headers_sent = False
+        self.recv_window = STREAM_WINDOW
+        self.unacked = 0  # received bytes passed on but not yet credited back
+
+    def credit(self, n: int) -> None:
+        """``n`` received bytes were passed on (or consumed): re-open our receive window."""
+        if self.remote_ended:
+            return
+        unacked = self.unacked + n
+        if unacked >= _STREAM_CREDIT_AT:
+            self.conn.emit(window_update_frame(self.sid, unacked))
+            self.recv_window += unacked
+            unacked = 0
+        self.unacked = unacked
+
+
+@dataclass(slots=True)
+class _Interception:
+    interceptor: Interceptor | None  # None for a tap
+    request_headers: HeaderList
+    started: float
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+    on_response: Callable[[Response], Awaitable[None]] | None = None
+    response_blocks: list[HeaderList] = field(default_factory=list)
+    response_data: list[bytes] = field(default_factory=list)
+    delivering: bool = False
+
+
+class _Stream:
+    """One call: its downstream half, its upstream half (once routed) and its relay state."""
+
+    __slots__ = ("down", "icpt", "method", "mode", "relay", "started", "status", "tap", "up")
+
+    def __init__(self, relay: RelayServer, method: str) -> None:
+        self.relay = relay
+        self.method = method
+        self.mode = _PASS
+        self.started = 0.0  # set when the relay has an observer
+        self.status = -1  # the gRPC status sent downstream, once it is
+        self.down: _Half = None  # type: ignore[assignment]  # set right after construction
+        self.up: _Half | None = None
+        self.icpt: _Interception | None = None
+        self.tap: Tap | None = None
+
+    # --- frames from either side
+
+    def on_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+        if end:
+            h.remote_ended = True
+        if h is self.down:  # request trailers (gRPC clients send none, HTTP/2 allows them)
+            if self.mode in (_PASS, _TAP) and self.up is not None:
+                self.up.conn.send_headers(self.up, headers, end)
+            elif self.mode == _COLLECT and end:
+                self._collected()
+            h.conn.closed_remote(h)
+            return
+        if self.mode == _BUFFER:
+            assert self.icpt is not None
+            self.icpt.response_blocks.append(headers)
+            if end:
+                self._response_complete()
+        else:
+            down = self.down
+            down.conn.send_headers(down, headers, end)
+            if self.mode == _TEE or self.mode == _TAP:
+                self._tee_headers(headers, end)
+        if end:
+            self._upstream_finished()
+
+    def on_data(self, h: _Half, data: bytes, end: bool) -> None:
+        if end:
+            h.remote_ended = True
+        mode = self.mode
+        if mode in (_PASS, _TAP) or (mode == _TEE and h is not self.down):
+            peer = h.peer
+            if peer is None or peer.local_ended:
+                h.credit(len(data))  # nowhere to go: consume
+            else:
+                peer.conn.send_data(peer, data, end)
+            if mode != _PASS:
+                icpt = self.icpt
+                assert icpt is not None
+                if h is self.down:
+                    icpt.parts.append(data)
+                else:
+                    icpt.response_data.append(data)
+        elif h is self.down:
+            h.credit(len(data))
+            if mode == _COLLECT:
+                icpt = self.icpt
+                assert icpt is not None
+                icpt.size += len(data)
+                if icpt.size > MAX_INTERCEPTED_MESSAGE:
+                    self.mode = _DONE
+                    self.answer(_RESOURCE_EXHAUSTED, f"request to {self.method} is too large")
+                    return
+                icpt.parts.append(data)
+                if end:
+                    self._collected()
+        else:  # _BUFFER: the upstream's response to an on_response call
+            h.credit(len(data))
+            assert self.icpt is not None
+            self.icpt.response_data.append(data)
+            if end:
+                self._response_complete()
+        if end:
+            if h is self.down:
+                h.conn.closed_remote(h)
+            else:
+                self._upstream_finished()
+
+    def on_reset(self, h: _Half, code: int) -> None:
+        """The peer of ``h`` reset the stream."""
+        h.conn.forget(h)
+        if h is self.down:
+            self.client_gone(code)
+        elif self.mode == _BUFFER:
+            status = _UNAVAILABLE if code == ErrorCode.REFUSED_STREAM else _INTERNAL
+            self.fail(status, f"upstream reset the stream ({code_name(code)})")
+        else:
+            down = self.down
+            down.conn.reset(down, code)
+
+    # --- lifecycle
+
+    def _upstream_finished(self) -> None:
+        """The upstream sent END_STREAM: the call is over there."""
+        up = self.up
+        assert up is not None
+        if up.local_ended:
+            up.conn.forget(up)
+        else:
+            # The response is complete but the request is not: tell the server to stop
+            # waiting (as gRPC servers do to clients), and drop the rest of the request.
+            up.conn.reset(up, ErrorCode.NO_ERROR)
+
+    def client_gone(self, code: int) -> None:
+        """The client reset the stream or its connection died."""
+        self.mode, old_mode = _DONE, self.mode
+        up = self.up
+        if up is not None:
+            up.conn.reset(up, code if code != ErrorCode.NO_ERROR else ErrorCode.CANCEL)
+        icpt = self.icpt
+        if old_mode == _BUFFER and icpt is not None and not icpt.delivering:
+            self._deliver(Response(_CANCELLED, "the client cancelled the call", None), None)
+
+    def fail(self, code: int, message: str) -> None:
+        """End the call with ``code``: the upstream stream (if any) is reset, the client gets
+        the status (after ``on_response`` has seen it, for a call that has one)."""
+        up = self.up
+        if up is not None:
+            up.conn.reset(up, ErrorCode.CANCEL)
+        icpt = self.icpt
+        if self.mode == _BUFFER and icpt is not None:
+            if not icpt.delivering:
+                self._deliver(Response(code, message, None), (code, message))
+            return
+        self.mode = _DONE
+        self.answer(code, message)
+
+    def answer(self, code: int, message: str) -> None:
+        """Finish the call downstream with a gRPC status of the relay's own."""
+        down = self.down
+        if down.local_ended:
+            return
+        down.conn.clear_queue(down)
+        down.conn.send_headers(down, _status_headers(code, message, not down.headers_sent), True)
+
+    # --- interception
+
+    def _collected(self) -> None:
+        """The whole request of an intercepted call is here: run the interceptor."""
+        icpt = self.icpt
+        assert icpt is not None
+        body = b"".join(icpt.parts)
+        icpt.parts = []
+        self.mode = _INTERCEPTING
+        if len(body) < 5:
+            self.mode = _DONE
+            self.answer(_INTERNAL, f"relay: {self.method} request carries no message")
+            return
+        length = int.from_bytes(body[1:5], "big")
+        if body[0] != 0:
+            self.mode = _DONE
+            self.answer(
+                _UNIMPLEMENTED, f"relay: compressed requests to {self.method} are not supported"
+            )
+            return
+        if len(body) != 5 + length:
+            self.mode = _DONE
+            self.answer(
+                _UNIMPLEMENTED,
+                f"relay: {self.method} is intercepted and must carry exactly one message",
+            )
+            return
+        metadata = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in icpt.request_headers
+            if not name.startswith(b":")
+        ]
+        call = Call(self.method, metadata, body[5:])
+        self.relay.spawn(self._intercept(call))
+
+    async def _intercept(self, call: Call) -> None:
+        icpt = self.icpt
+        assert icpt is not None
+        try:
+            decision = await icpt.interceptor(call)
+            if not isinstance(decision, (Forward, Refuse)):
+                raise TypeError(f"interceptor returned {type(decision).__name__}")
+        except Exception as exc:
+            log.exception("interceptor for %s failed", self.method)
+            decision = Refuse(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+        if self.mode != _INTERCEPTING:  # the client went away meanwhile
+            # A Forward never sent still has its hook told, so what the interceptor prepared
+            # (CPUs set aside for a container) is not left waiting for an answer forever.
+            if isinstance(decision, Forward) and decision.on_response is not None:
+                self._never_sent(decision, _CANCELLED, "the client went away before the call")
+            return
+        try:
+            if isinstance(decision, Refuse):
+                self.mode = _DONE
+                code = decision.code
+                self.answer(
+                    code.value[0] if isinstance(code, grpc.StatusCode) else int(code),
+                    decision.message,
+                )
+            else:
+                self._forward(decision)
+        finally:
+            self.relay.flush()
+
+    def _forward(self, decision: Forward) -> None:
+        icpt = self.icpt
+        assert icpt is not None
+        headers = []
+        for name, value in icpt.request_headers:
+            if name == b"content-length":  # the message may have changed size
+                continue
+            if name == b"grpc-timeout":
+                # Time spent in the interceptor is gone from the client's deadline.
+                budget = parse_grpc_timeout(value)
+                if budget is not None:
+                    left = budget - (time.monotonic() - icpt.started)
+                    if left <= 0:
+                        self.mode = _DONE
+                        self.answer(_DEADLINE_EXCEEDED, "deadline exceeded in the relay")
+                        if decision.on_response is not None:
+                            self._never_sent(
+                                decision, _DEADLINE_EXCEEDED, "deadline exceeded in the relay"
+                            )
+                        return
+                    value = format_grpc_timeout(left)
+            headers.append((name, value))
+        if decision.on_response is not None:
+            icpt.on_response = decision.on_response
+            self.mode = _BUFFER if decision.hold else _TEE
+        else:
+            self.mode = _PASS
+        message = decision.message
+        down = self.down
+        if not down.conn.open_upstream(self, headers, False):
+            return
+        up = self.up
+        assert up is not None
+        up.conn.send_data(up, len(message).to_bytes(5, "big") + message, True)
+
+    def _never_sent(self, decision: Forward, code: int, message: str) -> None:
+        assert decision.on_response is not None
+        self.relay.spawn(self._observe(decision.on_response, Response(code, message, None)))
+
+    def _tee_headers(self, headers: HeaderList, end: bool) -> None:
+        icpt = self.icpt
+        assert icpt is not None
+        icpt.response_blocks.append(headers)
+        if not end:
+            return
+        response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        icpt.response_blocks, icpt.response_data = [], []
+        if self.tap is not None:
+            body = b"".join(icpt.parts)
+            icpt.parts = []
+            try:
+                # A unary request's one message, without its 5-byte gRPC prefix.
+                self.tap(body[5:] if len(body) >= 5 and body[0] == 0 else b"", response)
+            except Exception:
+                log.exception("tap for %s failed", self.method)
+        elif icpt.on_response is not None:
+            self.relay.spawn(self._observe(icpt.on_response, response))
+
+    async def _observe(
+        self, hook: Callable[[Response], Awaitable[None]], response: Response
+    ) -> None:
+        try:
+            await hook(response)
+        except Exception:
+            log.exception("on_response observer for %s failed", self.method)
+
+    def _response_complete(self) -> None:
+        icpt = self.icpt
+        assert icpt is not None
+        response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        self._deliver(response, None)
+
+    def _deliver(self, response: Response, failure: tuple[int, str] | None) -> None:
+        """Run on_response, then release the buffered response (or ``failure``) downstream."""
+        icpt = self.icpt
+        assert icpt is not None and icpt.on_response is not None
+        icpt.delivering = True
+        self.relay.spawn(self._run_on_response(icpt.on_response, response, failure))
+
+    async def _run_on_response(
+        self,
+        hook: Callable[[Response], Awaitable[None]],
+        response: Response,
+        failure: tuple[int, str] | None,
+    ) -> None:
+        try:
+            await hook(response)
+        except Exception as exc:
+            log.exception("on_response hook for %s failed", self.method)
+            failure = (_INTERNAL, f"relay: on_response for {self.method} failed: {exc}")
+        if self.mode == _DONE:  # the client went away: nobody to answer
+            return
+        self.mode = _DONE
+        icpt = self.icpt
+        assert icpt is not None
+        try:
+            if failure is not None:
+                self.answer(*failure)
+                return
+            down = self.down
+            conn = down.conn
+            blocks = icpt.response_blocks
+            data = icpt.response_data
+            if not blocks:
+                self.answer(_INTERNAL, "relay: upstream response had no headers")
+                return
+            tail = blocks[1:]  # trailers (none for a trailers-only response)
+            conn.send_headers(down, blocks[0], not data and not tail)
+            for i, chunk in enumerate(data):
+                conn.send_data(down, chunk, not tail and i == len(data) - 1)
+            for i, block in enumerate(tail):
+                conn.send_headers(down, block, i == len(tail) - 1)
+        finally:
+            self.relay.flush()
+
+
+def _report(observer: Observer, stream: _Stream) -> None:
+    status = stream.status
+    # No status sent: the stream was reset (by either side) or its connection was lost.
+    code = status if status >= 0 else _CANCELLED
+    try:
+        observer(stream.method, code, time.monotonic() - stream.started)
+    except Exception:
+        log.exception("call observer failed for %s", stream.method)

@@ -1,0 +1,209 @@
+"""The relay's client connection to an upstream socket (containerd's): ``_Upstream``.
+
+One per upstream socket and downstream connection: connecting, opening streams as the peer's
+limits allow, stream ids, GOAWAY, and losing the connection. Upstream stream ids are ours,
+allocated when a stream is actually opened upstream. Streams refused by an upstream GOAWAY are
+answered UNAVAILABLE rather than retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from enforcer.relay.h2.connection import _Endpoint
+from enforcer.relay.h2.flow import _Q_HEADERS
+from enforcer.relay.h2.frames import (
+    MAX_WINDOW,
+    PREFACE,
+    ConnectionError_,
+    ErrorCode,
+    Setting,
+    StreamError,
+    code_name,
+    goaway_frame,
+)
+from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
+from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.streams import _Half, _Stream
+
+if TYPE_CHECKING:  # for annotations only: each of these imports this module
+    from enforcer.relay.h2.downstream import _Downstream
+    from enforcer.relay.h2.server import RelayServer
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 5.0
+
+
+class _Upstream(_Endpoint):
+    """Our client connection to one upstream socket, on behalf of one downstream connection."""
+
+    role = "upstream"
+
+    def __init__(self, relay: RelayServer, owner: _Downstream, target: str) -> None:
+        super().__init__(relay)
+        self.owner = owner
+        self.target = target
+        self.ready = False
+        self.going_away = False
+        self.next_sid = 1
+        self.waiting: deque[_Half] = deque()  # halves not yet opened (connecting, or at limit)
+        self._connect_task: asyncio.Task[None] | None = None
+
+    def _extra_settings(self) -> dict[int, int]:
+        return {Setting.ENABLE_PUSH: 0}
+
+    def connect(self) -> None:
+        self._connect_task = self.relay.spawn(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_unix_connection(lambda: self, self.target), CONNECT_TIMEOUT
+            )
+        except (TimeoutError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+            log.warning("upstream %s is unavailable: %s", self.target, reason)
+            self._fail_all(f"upstream {self.target} is unavailable: {reason}")
+            self.closed = True
+            self.relay.flush()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.closed:  # abandoned while connecting
+            transport.close()
+            return
+        self.emit(PREFACE)
+        self._start()
+        self.ready = True
+        self._open_waiting()
+        self.relay.flush()
+
+    def open(self, stream: _Stream, headers: HeaderList, end: bool) -> None:
+        up = _Half(self, stream, 0)
+        up.peer = stream.down
+        stream.down.peer = up
+        stream.up = up
+        if (
+            self.ready
+            and not self.waiting
+            and len(self.streams) < self.peer_max_streams
+            and self.next_sid <= MAX_WINDOW
+        ):  # the common case: open it right now
+            up.sid = self.next_sid
+            self.next_sid += 2
+            self.streams[up.sid] = up
+            self._emit_headers(up, headers, end)
+            return
+        up.queue.append((_Q_HEADERS, headers, end))
+        self.waiting.append(up)
+        if self.ready:
+            self._open_waiting()
+
+    def adopt(self, h: _Half) -> None:
+        """Take over a not-yet-opened half from a connection that went away."""
+        h.conn = self
+        h.window = self.peer_initial_window
+        self.waiting.append(h)
+        if self.ready:
+            self._open_waiting()
+
+    def _open_waiting(self) -> None:
+        waiting = self.waiting
+        while waiting and len(self.streams) < self.peer_max_streams:
+            h = waiting.popleft()
+            if h.local_ended:  # reset before it was opened
+                continue
+            if self.next_sid > MAX_WINDOW:  # stream ids exhausted: continue on a new connection
+                self.going_away = True
+                waiting.appendleft(h)
+                self._move_waiting()
+                return
+            h.sid = self.next_sid
+            self.next_sid += 2
+            h.window = self.peer_initial_window
+            self.streams[h.sid] = h
+            self._drain(h)
+
+    def _move_waiting(self) -> None:
+        waiting, self.waiting = self.waiting, deque()
+        if waiting and not self.owner.closed:
+            fresh = self.owner.upstream(self.target)
+            for h in waiting:
+                if not h.local_ended:
+                    fresh.adopt(h)
+
+    def _idle(self, sid: int) -> bool:
+        return not sid & 1 or sid >= self.next_sid
+
+    def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
+        h = self.streams.get(sid)
+        if h is None:
+            if self._idle(sid):
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on idle stream {sid}")
+            return
+        if h.remote_ended:
+            raise StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS after END_STREAM")
+        h.stream.on_headers(h, headers, end)
+
+    def _settings_changed(self) -> None:
+        if self.waiting:
+            self._open_waiting()
+
+    def _half_failed(self, h: _Half, exc: StreamError) -> None:
+        h.stream.fail(_INTERNAL, f"relay: upstream {self.target} stream error: {exc}")
+
+    def _stream_closed(self) -> None:
+        if self.waiting:
+            self._open_waiting()
+        elif self.going_away and not self.streams:
+            self.close()
+
+    def _peer_going_away(self, last: int, code: int, debug: bytes) -> None:
+        self.going_away = True
+        if self.owner.upstreams.get(self.target) is self:
+            del self.owner.upstreams[self.target]
+        if code != ErrorCode.NO_ERROR:
+            log.warning("upstream %s sent GOAWAY %s: %r", self.target, code_name(code), debug)
+        for sid, h in list(self.streams.items()):
+            if sid > last:  # never processed by the upstream
+                h.stream.fail(
+                    _UNAVAILABLE, f"upstream {self.target} went away before handling the call"
+                )
+        self._move_waiting()
+        if not self.streams:
+            self.close()
+
+    def _fail_all(self, message: str) -> None:
+        halves = list(self.streams.values()) + list(self.waiting)
+        self.streams.clear()
+        self.waiting.clear()
+        for h in halves:
+            h.local_ended = h.remote_ended = True
+            h.stream.fail(_UNAVAILABLE, message)
+
+    def close(self) -> None:
+        if self.transport is None:
+            self.closed = True
+            if self._connect_task is not None:
+                self._connect_task.cancel()
+            return
+        if not self.closed:
+            self.emit(goaway_frame(0, ErrorCode.NO_ERROR))
+        super().close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.ready = False
+        if self.owner.upstreams.get(self.target) is self:
+            del self.owner.upstreams[self.target]
+        reason = self._error or (str(exc) if exc else "connection closed")
+        if self.streams or self.waiting:
+            log.warning("connection to upstream %s lost with calls in flight: %s",
+                        self.target, reason)  # fmt: skip
+        self._fail_all(f"connection to upstream {self.target} lost: {reason}")
+        self.relay.flush()
