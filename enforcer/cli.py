@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from enforcer.options import RunOptions
 
@@ -99,12 +100,20 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resctrl-root", default=None, metavar="DIR")
 
 
+def _version() -> str:
+    try:
+        return version("kube-resource-enforcer")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="resource-enforcer",
         description="Hardware-aware CPU, memory, RDT and block-I/O control for Kubernetes "
         "containers, as a CRI relay between kubelet and the runtime.",
     )
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_status, _add_plan, _add_check):
         add(sub)

@@ -6,8 +6,16 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from webhook.logs import LEVELS, setup_logging
+
+
+def _version() -> str:
+    try:
+        return version("kube-resource-enforcer")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -15,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="resource-webhook",
         description="Mutating admission webhook of kube-resource-enforcer.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="serve AdmissionReviews over HTTPS")
