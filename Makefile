@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps test lint demo bench proto clean
+.PHONY: install system-deps test test-images lint demo bench proto clean
 
 system-deps:
 	./.ci/system-deps.sh
@@ -22,8 +22,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
-test: install lint
+test: system-deps install lint
 	$(BIN)/pytest -q
+
+# Only the image tests (also part of `make test`): both images built with podman on a Debian
+# base made locally, then run (docs/testing.md).
+test-images: system-deps install
+	$(BIN)/pytest -q -m images tests/images
 
 demo: install
 	$(BIN)/python -m tests.support.demo

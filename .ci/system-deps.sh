@@ -13,6 +13,11 @@ command -v curl >/dev/null || need+=(curl ca-certificates)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 command -v make >/dev/null || need+=(make)
 command -v wrk >/dev/null || need+=(wrk)  # bench/webhook: fixed-concurrency load
+# tests/images: podman builds and runs the images; mmdebstrap makes their Debian base
+# (.ci/base-image.sh), which needs Debian's archive keyring on other distributions.
+command -v podman >/dev/null || need+=(podman)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
