@@ -73,6 +73,21 @@ class EnforcerMetrics:
             ["kind", "class_name", "outcome"],
             registry=r,
         )
+        self.repairs = Counter(
+            "resource_enforcer_cpuset_repairs",
+            "running containers whose cpuset the kernel had wrong, found and repaired",
+            registry=r,
+        )
+        self.unrepaired = Counter(
+            "resource_enforcer_cpuset_repairs_failed",
+            "repairs that did not take: the container is reported in status and the log",
+            registry=r,
+        )
+        self.held = Gauge(
+            "resource_enforcer_containers_held",
+            "running containers the configuration cannot place, kept on the CPUs they hold",
+            registry=r,
+        )
 
         # (method path, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.

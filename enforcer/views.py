@@ -131,6 +131,13 @@ def pool_table(pools: Sequence[PoolView]) -> str:
 def placements_report(topology: Topology, policy: Policy, rows: Sequence[ContainerView]) -> str:
     """The containers, the pool tree (for policies with pools) and the CPU map."""
     parts = [container_table(rows) if rows else "no containers"]
+    if troubled := [r for r in rows if r.problem]:
+        parts.append(
+            "\n".join(
+                f"PROBLEM {r.namespace}/{r.pod}/{r.container} ({r.phase or 'unknown'}): {r.problem}"
+                for r in troubled
+            )
+        )
     if pools := policy.pools():
         parts.append(pool_table(pools))
     parts.append(

@@ -188,12 +188,19 @@ class MetricsConfig(_Strict):
     address: str = "127.0.0.1:8891"
 
 
+class VerifyConfig(_Strict):
+    """How often the enforcer reads every running container's cpuset back (and repairs it)."""
+
+    periodSeconds: float = Field(default=10.0, gt=0, le=3600)
+
+
 class Config(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     rdt: RDTConfig | None = None
     blockio: BlockIOConfig | None = None
     classAccess: ClassAccessConfig = Field(default_factory=ClassAccessConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     def configured_classes(self, kind: ClassKind) -> set[str]:
         """Class names a pod may ask for (the root group is never asked for by name)."""

@@ -58,6 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Everything that can be wrong with the inputs is checked before the port is opened.
     config = None
     if args.config:
+        # Imported here, as the server stack below: `certs` and `--help` stay fast.
         from resource_contract.config import ConfigError, load_config
 
         try:

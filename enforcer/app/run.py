@@ -14,8 +14,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from enforcer import handover
 from enforcer.app.cluster_source import cluster_settings, start_cluster_source
 from enforcer.app.config_precedence import ConfigManager, Start, starting_configs
@@ -26,10 +24,12 @@ from enforcer.app.owned_state import OwnedStateStore
 from enforcer.app.watch import ConfigWatcher
 from enforcer.cluster import LastGoodStore
 from enforcer.controllers.blockio import BlockIOController
+from enforcer.controllers.cpuset import CgroupCpusets
 from enforcer.controllers.errors import ApplyError
 from enforcer.controllers.rdt import RdtController
-from enforcer.engine import Enforcer
+from enforcer.engine import Enforcer, StateWriteFailed
 from enforcer.engine.classes import ClassControllers
+from enforcer.engine.ports import RuntimeAway
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
 from enforcer.relay.h2 import RelayServer, serve_relay
@@ -64,6 +64,7 @@ def build_enforcer(
     store: StateStore,
     metrics: EnforcerMetrics,
     start: Start,
+    runtime: RuntimeClient,
 ) -> Enforcer:
     classes = ClassControllers(
         RdtController(options.resctrl_root),
@@ -76,9 +77,10 @@ def build_enforcer(
         topology=topology,
         config=start.config,
         store=store,
-        runtime=RuntimeClient(_socket_path(options.runtime_socket)),
+        runtime=runtime,
         metrics=metrics,
         classes=classes,
+        cpusets=CgroupCpusets(options.cgroupfs_root),
     )
 
 
@@ -102,9 +104,10 @@ async def run(options: RunOptions) -> int:
         metrics = EnforcerMetrics()
         starts = starting_configs(options, last_good)
         enforcer: Enforcer | None = None
+        runtime = RuntimeClient(_socket_path(options.runtime_socket))
         for i, start in enumerate(starts):
             try:
-                enforcer = build_enforcer(options, topology, store, metrics, start)
+                enforcer = build_enforcer(options, topology, store, metrics, start, runtime)
                 break
             except (ConfigError, ApplyError) as exc:
                 if i == len(starts) - 1:
@@ -213,7 +216,10 @@ async def run(options: RunOptions) -> int:
     if source is not None:
         await asyncio.to_thread(source.stop)
     await server.close(STOP_GRACE_SECONDS)
-    await service.run(lambda: enforcer.persist(durable=True))
+    try:
+        await service.run(enforcer.persist)
+    except StateWriteFailed as exc:
+        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
     lock.release()
     metrics_server.close()
     if handed_over:
@@ -224,7 +230,7 @@ async def run(options: RunOptions) -> int:
         # whoever is (or the next one).
         handover.leave_fallback_link(relay_socket, runtime_socket)
     service.close()
-    enforcer.runtime.close()
+    runtime.close()
     heartbeat.cancel()
     health.remove()
     log.info("stopped; state saved in %s", Path(options.state_dir) / "state.json")
@@ -246,10 +252,10 @@ async def _reconcile_until_done(
         try:
             await service.run(enforcer.reconcile)
             return
-        except grpc.RpcError as exc:
+        except RuntimeAway as exc:
             log.warning(
                 "cannot reconcile with the runtime yet (%s); retrying in %.0fs",
-                exc.details() if hasattr(exc, "details") else exc,
+                exc,
                 RECONCILE_RETRY_SECONDS,
             )
         await asyncio.sleep(RECONCILE_RETRY_SECONDS)

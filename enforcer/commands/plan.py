@@ -19,6 +19,7 @@ import yaml
 from enforcer.configuration import load_config
 from enforcer.decode import ContainerCreate, ContainerRequest, DecodeError, decode_container
 from enforcer.decode.kubelet import cgroup_parent_for, resources_for
+from enforcer.engine import views_of
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
@@ -199,10 +200,7 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     if fmt == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    from enforcer.engine import views_of
-    from enforcer.engine.ledger import Ledger
-
-    print(placements_report(topology, policy, views_of(policy, Ledger())))
+    print(placements_report(topology, policy, views_of(policy, {})))
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")

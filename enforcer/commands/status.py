@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from enforcer.engine import Ledger, views_of
+from enforcer.engine import Entry, views_of
 from enforcer.policy import make_policy
 from enforcer.state import StateError, StateStore
 from enforcer.topology import Topology
@@ -31,7 +31,8 @@ def status(state_dir: str) -> int:
     topology = Topology.from_dict(saved["topology"])
     policy = make_policy(topology, PolicyConfig.model_validate(saved.get("policyConfig", {})))
     policy.restore(saved.get("policy", {}))
-    rows = views_of(policy, Ledger.from_state(saved.get("containers", [])))
+    entries = [Entry.from_dict(e) for e in saved.get("containers", [])]
+    rows = views_of(policy, {e.key: e for e in entries})
     print(f"policy {policy.name}; {topology.describe()}")
     print(
         f"available {policy.available}; reserved {policy.reserved or 'none'}; "

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from enforcer.controllers.cgroups import cgroup_path, cgroup_version
 from enforcer.controllers.errors import (
@@ -36,9 +36,8 @@ from enforcer.controllers.errors import (
     UnknownClass,
 )
 from resource_contract.classes import CLASS_NAME_PATTERN
-
-if TYPE_CHECKING:
-    from resource_contract.config import BlockIOConfig
+from resource_contract.config import BlockIOConfig, ConfigError
+from resource_contract.quantities import parse_quantity
 
 WEIGHT_MIN, WEIGHT_MAX = 10, 1000
 # Config key -> DeviceSettings attribute, v1 file, v2 io.max key.
@@ -98,7 +97,6 @@ def v2_weight(weight: int) -> int:
 
 def quantity_value(raw: Any) -> int:
     """A Kubernetes quantity as an integer, rounded up like resource.Quantity.Value()."""
-    from resource_contract.quantities import parse_quantity
 
     if isinstance(raw, bool):
         raise ValueError(f"{raw!r} is not a quantity")
@@ -272,7 +270,6 @@ def compile_classes(
 ) -> tuple[dict[str, BlockIOClass], list[str]]:
     """Configuration -> classes with resolved devices, and warnings. Raises ConfigError
     (key paths) for a named device that is not a whole-disk block device, or bad syntax."""
-    from resource_contract.config import ConfigError
 
     if config is None:
         return {}, []

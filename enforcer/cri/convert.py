@@ -7,6 +7,7 @@ import grpc
 from enforcer.cri import api_pb2
 from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.refusal import Reason
+from resource_contract.classes import is_runtime_class_key
 
 STATUS: dict[Reason, grpc.StatusCode] = {
     Reason.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
@@ -15,6 +16,27 @@ STATUS: dict[Reason, grpc.StatusCode] = {
     Reason.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.NOT_SUPPORTED: grpc.StatusCode.FAILED_PRECONDITION,
 }
+
+
+# A CreateContainer answered with one of these may have created the container all the same.
+UNCERTAIN = frozenset(
+    code.value[0]
+    for code in (
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.UNKNOWN,
+    )
+)
+
+
+def hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:
+    """containerd applies RDT and block-I/O classes named in the beta-dialect annotations
+    itself, and refuses the container where it has no RDT of its own: the enforcer applies
+    them, so the runtime does not get to see them."""
+    for mapping in (request.sandbox_config.annotations, request.config.annotations):
+        for key in [k for k in mapping if is_runtime_class_key(k)]:
+            del mapping[key]
 
 
 def kubelet_resources(res: api_pb2.LinuxContainerResources) -> KubeletResources:

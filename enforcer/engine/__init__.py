@@ -1,6 +1,20 @@
-"""The enforcer's core: from CRI events to applied placements and persisted state."""
+"""The enforcer's engine: runtime events to decisions over the container registry, applied,
+verified and persisted, in domain values only."""
 
-from enforcer.engine.enforcer import ContainerView, Enforcer, Refused, views_of
-from enforcer.engine.ledger import Ledger, Tracked
+from enforcer.engine.enforcer import Enforcer, Refused
+from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
+from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed, views_of
 
-__all__ = ["ContainerView", "Enforcer", "Ledger", "Refused", "Tracked", "views_of"]
+__all__ = [
+    "ContainerView",
+    "Enforcer",
+    "Entry",
+    "LiveContainer",
+    "Phase",
+    "Pinning",
+    "Recorded",
+    "Refused",
+    "Registry",
+    "StateWriteFailed",
+    "views_of",
+]

@@ -87,6 +87,18 @@ class Policy(ABC):
     def release(self, key: str) -> Admitted | None:
         return self.admitted.pop(key, None)
 
+    def reinstate(self, entry: Admitted) -> None:
+        """Puts back an entry exactly as it was decided (a rolled-back change): no decision."""
+        self.release(entry.request.key)
+        self.admitted[entry.request.key] = entry
+
+    def hold(self, request: ContainerRequest, cpus: CPUSet) -> Placement:
+        """Keeps a running container on `cpus`, which nobody else gets, whatever the
+        configuration says: for a container the policy cannot place but that still runs."""
+        entry = Admitted(request, "held", cpus & self.topology.online, pool="none")
+        self.reinstate(entry)
+        return self.placement(request.key)
+
     def placements(self) -> dict[str, Placement]:
         return {key: self.placement(key) for key in self.admitted}
 

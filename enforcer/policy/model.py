@@ -10,7 +10,9 @@ from enforcer.decode import ContainerRequest, Preferences
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 
-PlacementKind = Literal["exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged"]
+PlacementKind = Literal[
+    "exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged", "held"
+]
 
 
 @dataclass(frozen=True)

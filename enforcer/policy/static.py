@@ -31,6 +31,10 @@ class StaticPolicy(Policy):
         self._shared_pool = None
         return super().release(key)
 
+    def reinstate(self, entry: Admitted) -> None:
+        super().reinstate(entry)
+        self._shared_pool = None
+
     def _exclusive_free(self) -> CPUSet:
         free = self.available - self.reserved - self.taken
         if not self.reserved and free:
@@ -74,6 +78,6 @@ class StaticPolicy(Policy):
         entry = self.admitted[key]
         if entry.kind == "preserved":
             return Placement(None, None, CPUSet(), "preserved", "none")
-        if entry.kind == "exclusive":
-            return Placement(entry.exclusive, None, entry.exclusive, "exclusive", "exclusive")
+        if entry.kind in ("exclusive", "held"):
+            return Placement(entry.exclusive, None, entry.exclusive, entry.kind, entry.pool)
         return Placement(self.shared_pool, None, CPUSet(), "shared", "shared")

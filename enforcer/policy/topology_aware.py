@@ -229,6 +229,10 @@ class TopologyAwarePolicy(Policy):
             self._remove(entry)
         return entry
 
+    def reinstate(self, entry: Admitted) -> None:
+        self.release(entry.request.key)
+        self._add(entry)
+
     def placement(self, key: str) -> Placement:
         cached = self._placement_cache.get(key)
         if cached is not None:
@@ -241,9 +245,9 @@ class TopologyAwarePolicy(Policy):
             placement = Placement(
                 self.reserved, self._pinned(self.reserved), _EMPTY, "reserved", "reserved"
             )
-        elif kind == "exclusive":
+        elif kind in ("exclusive", "held"):
             cpus = entry.exclusive
-            placement = Placement(cpus, self._pinned(cpus), cpus, "exclusive", entry.pool)
+            placement = Placement(cpus, self._pinned(cpus), cpus, kind, entry.pool)
         else:
             shared = self._shared(self._by_name[entry.pool].index)
             cpus = shared | entry.exclusive if entry.exclusive else shared
@@ -658,7 +662,7 @@ class TopologyAwarePolicy(Policy):
             return {}
         if entry.kind == "reserved":
             nodes = self._reserved_mems
-        elif entry.kind == "exclusive":
+        elif entry.kind in ("exclusive", "held"):
             nodes = self._mems_of(entry.exclusive)
         else:
             assert pool is not None

@@ -1,6 +1,8 @@
-"""The CRI calls the relay intercepts, and how each reaches the enforcer's core.
+"""The CRI adapter: the calls the relay intercepts, mapped to the engine's domain calls.
 
-Every other call passes through untouched. The core runs on one worker thread: its work
+CRI messages become domain values (`enforcer.cri.convert`), the engine's pinning is written
+back into the message, and its refusals become gRPC status codes. Every other call passes
+through untouched. The core runs on one worker thread: its work
 (policy decisions, state writes, re-pinning through the runtime) is ordered and blocking,
 and the relay's event loop keeps passing other calls meanwhile.
 """
@@ -18,10 +20,17 @@ from typing import Any, TypeVar
 import grpc
 
 from enforcer.cri import api_pb2
-from enforcer.cri.convert import STATUS
+from enforcer.cri.convert import (
+    STATUS,
+    UNCERTAIN,
+    container_create,
+    hide_class_annotations,
+    kubelet_resources,
+)
 from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
 from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
+from enforcer.runtime.client import live_container, resources_record
 
 log = logging.getLogger(__name__)
 
@@ -105,19 +114,40 @@ class CRIService:
         request = _parse(api_pb2.CreateContainerRequest, call)
         if isinstance(request, Refuse):
             return request
+        resources = request.config.linux.resources
         try:
-            key = await self.run(self.enforcer.create_container, request)
+            key, pinning = await self.run(
+                partial(
+                    self.enforcer.create,
+                    container_create(request),
+                    sandbox_id=request.pod_sandbox_id,
+                    resources=resources_record(resources),
+                )
+            )
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
             return Refuse(STATUS[exc.reason], str(exc))
+        hide_class_annotations(request)
+        if pinning.cpus:
+            resources.cpuset_cpus = pinning.cpus
+        if pinning.mems:
+            resources.cpuset_mems = pinning.mems
 
         async def created(response: Response) -> None:
             if response.status == OK and response.message is not None:
                 reply = api_pb2.CreateContainerResponse.FromString(response.message)
-                await self.run(self.enforcer.container_created, key, reply.container_id)
+                await self.run(self.enforcer.created, key, reply.container_id)
                 self._flush_soon()
             else:
-                await self.run(self.enforcer.create_failed, key, response.status, response.details)
+                uncertain = response.status in UNCERTAIN
+                await self.run(
+                    partial(
+                        self.enforcer.create_failed,
+                        key,
+                        uncertain=uncertain,
+                        details=response.details,
+                    )
+                )
 
         return Forward(request.SerializeToString(), created)
 
@@ -128,7 +158,7 @@ class CRIService:
 
         async def started(response: Response) -> None:
             if response.status == OK:
-                await self.run(self.enforcer.container_started, request.container_id)
+                await self.run(self.enforcer.started, request.container_id)
 
         return Forward(call.message, started)
 
@@ -136,10 +166,22 @@ class CRIService:
         request = _parse(api_pb2.UpdateContainerResourcesRequest, call)
         if isinstance(request, Refuse):
             return request
+        if not request.HasField("linux"):
+            return Forward(call.message)
+        update = partial(
+            self.enforcer.update,
+            request.container_id,
+            kubelet_resources(request.linux),
+            resources_record(request.linux),
+        )
         try:
-            await self.run(self.enforcer.update_resources, request)
+            pinning = await self.run(update)
         except Refusal as exc:
             return Refuse(STATUS[exc.reason], str(exc))
+        if pinning is None:
+            return Forward(call.message)
+        request.linux.cpuset_cpus = pinning.cpus
+        request.linux.cpuset_mems = pinning.mems
         return Forward(request.SerializeToString())
 
     async def stop_container(self, call: Call) -> Forward | Refuse:
@@ -190,14 +232,16 @@ class CRIService:
                 return
             try:
                 wanted = api_pb2.ListContainersRequest.FromString(request)
-                containers = api_pb2.ListContainersResponse.FromString(response.message).containers
+                listed = api_pb2.ListContainersResponse.FromString(response.message).containers
+                containers = [live_container(c) for c in listed]
             except Exception:  # not ours to judge: the runtime answered it
                 return
             # kubelet's relisting sends an empty filter: only a filter that sets something
             # narrows the listing, and only an unnarrowed one shows what vanished.
             complete = wanted.filter.ByteSize() == 0
             # Most listings change nothing: look here, go to the worker only when needed.
-            if self.enforcer.gone(containers, complete=complete, asked_at=asked_at):
+            changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
+            if changed or (complete and self.enforcer.unknown(containers)):
                 observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
                 self._submit(observe, containers)
 

@@ -1,5 +1,5 @@
-"""The enforcer's own calls to the runtime (re-pinning, reconciling), apart from the relay."""
+"""The enforcer's own calls to the runtime (re-pinning, reconciling, adopting), over CRI."""
 
-from enforcer.runtime.client import RuntimeClient, RuntimeContainer, unix_target
+from enforcer.runtime.client import RuntimeClient, live_container, resources_record, unix_target
 
-__all__ = ["RuntimeClient", "RuntimeContainer", "unix_target"]
+__all__ = ["RuntimeClient", "live_container", "resources_record", "unix_target"]

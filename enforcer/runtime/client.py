@@ -1,19 +1,28 @@
-"""A small synchronous CRI client for what the enforcer itself asks of the runtime."""
+"""The engine's runtime port over CRI: what the enforcer itself asks of the runtime.
+
+A small synchronous client: listings, re-pins through UpdateContainerResources, and a running
+container's recorded creation (for adoption), each mapped to the engine's domain values and
+its errors (`RuntimeAway`, `ContainerMissing`).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 
 from enforcer.cri import api_pb2, api_pb2_grpc
+from enforcer.cri.convert import container_create
+from enforcer.engine.model import LiveContainer, Pinning, Recorded
+from enforcer.engine.ports import ContainerMissing, RuntimeAway
 
-CONTAINER_RUNNING = api_pb2.CONTAINER_RUNNING
-CONTAINER_CREATED = api_pb2.CONTAINER_CREATED
-CONTAINER_EXITED = api_pb2.CONTAINER_EXITED
+# Status codes that mean the runtime could not be asked, rather than that it said no.
+_AWAY = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 
 
 def unix_target(path: str) -> str:
@@ -22,20 +31,34 @@ def unix_target(path: str) -> str:
     return f"unix://{path}"
 
 
-@dataclass(frozen=True)
-class RuntimeContainer:
-    """A container as the runtime reports it, with what is needed to rebuild its request."""
+def resources_record(resources: api_pb2.LinuxContainerResources) -> dict[str, Any]:
+    """kubelet's resources as the registry keeps them (JSON, field names as in the proto)."""
+    return json_format.MessageToDict(resources, preserving_proto_field_name=True)
 
-    id: str
-    sandbox_id: str
-    name: str
-    attempt: int
-    state: int
-    labels: dict[str, str]
 
-    @property
-    def alive(self) -> bool:
-        return self.state in (CONTAINER_CREATED, CONTAINER_RUNNING)
+def resources_message(record: Mapping[str, Any]) -> api_pb2.LinuxContainerResources:
+    return json_format.ParseDict(dict(record), api_pb2.LinuxContainerResources())
+
+
+def live_container(c: api_pb2.Container) -> LiveContainer:
+    uid = c.labels.get("io.kubernetes.pod.uid")
+    return LiveContainer(
+        id=c.id,
+        sandbox_id=c.pod_sandbox_id,
+        key=f"{uid}/{c.metadata.name}" if uid else None,
+        running=c.state == api_pb2.CONTAINER_RUNNING,
+        exited=c.state not in (api_pb2.CONTAINER_CREATED, api_pb2.CONTAINER_RUNNING),
+    )
+
+
+def _failure(exc: grpc.RpcError, what: str) -> Exception:
+    code = exc.code()
+    details = exc.details()
+    if code == grpc.StatusCode.NOT_FOUND:
+        return ContainerMissing(f"{what}: {details}")
+    if code in _AWAY:
+        return RuntimeAway(f"{what}: {details}")
+    return RuntimeError(f"{what}: {code.name}: {details}")
 
 
 class RuntimeClient:
@@ -48,37 +71,56 @@ class RuntimeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def update_resources(
-        self, container_id: str, resources: api_pb2.LinuxContainerResources
-    ) -> None:
-        self._stub.UpdateContainerResources(
-            api_pb2.UpdateContainerResourcesRequest(container_id=container_id, linux=resources),
-            timeout=self.timeout,
-        )
-
-    def list_containers(self) -> list[RuntimeContainer]:
-        reply = self._stub.ListContainers(api_pb2.ListContainersRequest(), timeout=self.timeout)
-        return [
-            RuntimeContainer(
-                id=c.id,
-                sandbox_id=c.pod_sandbox_id,
-                name=c.metadata.name,
-                attempt=c.metadata.attempt,
-                state=c.state,
-                labels=dict(c.labels),
+    def repin(
+        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
+    ) -> Mapping[str, Any]:
+        message = resources_message(resources)
+        message.cpuset_cpus = pinning.cpus
+        message.cpuset_mems = pinning.mems
+        try:
+            self._stub.UpdateContainerResources(
+                api_pb2.UpdateContainerResourcesRequest(container_id=container_id, linux=message),
+                timeout=self.timeout,
             )
-            for c in reply.containers
-        ]
+        except grpc.RpcError as exc:
+            raise _failure(exc, f"UpdateContainerResources {container_id}") from None
+        return resources_record(message)
 
-    def list_sandboxes(self) -> list[api_pb2.PodSandbox]:
-        reply = self._stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=self.timeout)
-        return list(reply.items)
+    def list_containers(self) -> list[LiveContainer]:
+        try:
+            reply = self._stub.ListContainers(api_pb2.ListContainersRequest(), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise RuntimeAway(f"ListContainers: {exc.details()}") from None
+        return [live_container(c) for c in reply.containers]
+
+    def recorded(self, container: LiveContainer) -> Recorded | None:
+        try:
+            sandbox = self.sandbox_config(container.sandbox_id)
+            config, spec = self.container_config(container.id)
+        except grpc.RpcError as exc:
+            failure = _failure(exc, f"status of container {container.id}")
+            if isinstance(failure, RuntimeAway):
+                raise failure from None
+            return None
+        if sandbox is None or config is None:
+            return None
+        request = api_pb2.CreateContainerRequest(
+            pod_sandbox_id=container.sandbox_id, config=config, sandbox_config=sandbox
+        )
+        current = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
+        return Recorded(
+            create=container_create(request),
+            resources=resources_record(config.linux.resources),
+            running_cpus=current.get("cpus", "") or "",
+            running_mems=current.get("mems", "") or "",
+        )
 
     def _verbose_info(self, reply: Any) -> dict[str, Any]:
         try:
-            return json.loads(reply.info.get("info", "{}"))
+            info = json.loads(reply.info.get("info", "{}"))
         except ValueError:
             return {}
+        return info if isinstance(info, dict) else {}
 
     def sandbox_config(self, sandbox_id: str) -> api_pb2.PodSandboxConfig | None:
         """The config the sandbox was created with, from containerd's verbose status."""

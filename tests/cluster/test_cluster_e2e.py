@@ -202,6 +202,8 @@ def test_refused_configuration_keeps_the_last_good_one(
     st = wait_status(api, applied=False, resourceVersion=worse["metadata"]["resourceVersion"])
     assert "policy.reservedCPUs" in st["errors"][0]  # type: ignore[index]
 
+    # The Node's status and the Event are two writes: wait for both Events.
+    wait_for(lambda: len(api.events) >= 2, what="an Event for each refused configuration")
     assert [e["involvedObject"]["resourceVersion"] for e in api.events] == [
         bad["metadata"]["resourceVersion"],
         worse["metadata"]["resourceVersion"],

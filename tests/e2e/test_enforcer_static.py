@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.topology import CPUSet
 from tests.support.containerd import PrivateContainerd
-from tests.support.enforcer_process import EnforcerProcess
+from tests.support.enforcer_process import EnforcerProcess, free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.pods import guaranteed, manifest, sleeper
 
@@ -294,3 +295,38 @@ def test_a_container_gone_behind_the_relays_back_is_released_on_relisting(
     direct.RemoveContainer(api_pb2.RemoveContainerRequest(container_id=cid))
     kubelet.list_containers()  # kubelet's relisting (an empty filter), through the relay
     wait_for(lambda: cpus_of(shared) == ALL)
+
+
+def test_a_cpuset_changed_behind_the_enforcers_back_is_repaired(
+    containerd: PrivateContainerd, tmp_path: Path
+) -> None:
+    # Someone (an operator, another agent) widens a shared container onto the exclusive CPU:
+    # the periodic read-back finds it and puts it back, without any CRI event.
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f'policy: {{name: static, reservedCPUs: "{RESERVED}"}}\nverify: {{periodSeconds: 1}}\n'
+    )
+    proc = EnforcerProcess(
+        tmp_path / "drift",
+        runtime_socket=containerd.socket,
+        config=str(config),
+        metrics_address=f"127.0.0.1:{free_port()}",
+    )
+    proc.start()
+    try:
+        with KubeletEmulator(proc.relay_socket, log_root=tmp_path / "pods") as kubelet:
+            exclusive = kubelet.run_pod(manifest("owner", sleeper(resources=guaranteed("1"))))
+            shared = kubelet.run_pod(manifest("drifter", sleeper()))
+            held = cpus_of(exclusive)
+            assert cpus_of(shared) == ALL - held
+            cpuset = Path(shared.cgroup_path("cpuset", "app"), "cpuset.cpus")
+            cpuset.write_text(str(ALL))
+            assert cpus_of(shared) == ALL  # the kernel took the write
+            wait_for(lambda: cpus_of(shared) == ALL - held, timeout=15, why=proc.log_tail)
+            assert cpus_of(exclusive) == held
+            assert "drifter container app" in proc.log_tail(100)
+            with urllib.request.urlopen(proc.metrics_url + "/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+            assert "resource_enforcer_cpuset_repairs_total 1.0" in text
+    finally:
+        assert proc.stop() == 0, proc.log_tail()

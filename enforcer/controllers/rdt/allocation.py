@@ -11,12 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from resource_contract.classes import CLASS_NAME_PATTERN
-
-if TYPE_CHECKING:
-    from resource_contract.config import RDTConfig
+from resource_contract.config import ConfigError, RDTConfig
 
 Level = Literal["L3", "L2"]
 LEVELS: tuple[Level, ...] = ("L3", "L2")  # the kernel's order in a schemata file
@@ -593,8 +591,6 @@ def parse_rdt(config: RDTConfig, problems: list[str] | None = None) -> ParsedRdt
         problems.extend(line for line in out if line not in problems)
         return parsed
     if out:
-        from resource_contract.config import ConfigError
-
         raise ConfigError(list(out))
     return parsed
 

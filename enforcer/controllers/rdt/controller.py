@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from enforcer.controllers.cgroups import task_ids
 from enforcer.controllers.errors import ApplyError, InvalidClassName, RdtUnavailable, UnknownClass
@@ -23,9 +23,7 @@ from enforcer.controllers.rdt.allocation import ROOT_CLASS, parse_rdt
 from enforcer.controllers.rdt.hardware import ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, default_schemata, plan_rdt
 from resource_contract.classes import CLASS_NAME_PATTERN
-
-if TYPE_CHECKING:
-    from resource_contract.config import RDTConfig
+from resource_contract.config import RDTConfig
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from enforcer.controllers.rdt.allocation import (
     CACHE_TYPES,
@@ -41,9 +40,7 @@ from enforcer.controllers.rdt.allocation import (
     parse_rdt,
 )
 from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo
-
-if TYPE_CHECKING:
-    from resource_contract.config import RDTConfig
+from resource_contract.config import ConfigError, RDTConfig
 
 _FIELD = {"L3": "l3Allocation", "L2": "l2Allocation"}
 _OPTION = {"L3": "l3", "L2": "l2", "MB": "mb"}
@@ -262,7 +259,6 @@ def _users(parsed: ParsedRdt, level: str) -> list[str]:
 def plan_rdt(config: RDTConfig | ParsedRdt, info: ResctrlInfo) -> RdtPlan:
     """Each class's schemata on this machine. ConfigError, one `key.path: reason` line per
     problem, when the configuration does not fit the hardware."""
-    from resource_contract.config import ConfigError
 
     parsed = config if isinstance(config, ParsedRdt) else parse_rdt(config)
     out = _Problems()

@@ -1,0 +1,45 @@
+"""What the engine needs from the world: the runtime and the kernel, as small interfaces.
+
+Each transport implements `Runtime` (the CRI client today, NRI next); `controllers.cpuset`
+implements `CpusetReader`. The engine sees only these and domain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from enforcer.engine.model import LiveContainer, Pinning, Recorded
+
+
+class RuntimeAway(Exception):
+    """The runtime could not be asked (down, restarting, timed out)."""
+
+
+class ContainerMissing(Exception):
+    """The runtime does not have the container (any more)."""
+
+
+class Runtime(Protocol):
+    def list_containers(self) -> list[LiveContainer]:
+        """Every container the runtime has; RuntimeAway when it cannot be asked."""
+        ...
+
+    def repin(
+        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
+    ) -> Mapping[str, Any]:
+        """Moves a container to `pinning`, sending kubelet's `resources` with it; returns the
+        resources as sent. ContainerMissing, RuntimeAway, or RuntimeError for a refusal."""
+        ...
+
+    def recorded(self, container: LiveContainer) -> Recorded | None:
+        """What a running container was created with; None when the runtime did not keep it.
+        RuntimeAway when it cannot be asked."""
+        ...
+
+
+class CpusetReader(Protocol):
+    def read(self, cgroup_parent: str, container_id: str) -> tuple[str, str] | None:
+        """The cpuset and memory nodes (cpus, mems) the kernel has for the container; None
+        when its cgroup is gone."""
+        ...
