@@ -22,6 +22,7 @@ from enforcer.decode import (
     ClassSettings,
     ContainerRequest,
     DecodeError,
+    Machine,
     decode_container,
     estimate_from_cri,
 )
@@ -87,6 +88,7 @@ class Enforcer:
         self.runtime = runtime
         self.policy: Policy = make_policy(topology, config.policy)
         self.classes = class_settings(config)
+        self.machine = Machine.of(topology)  # what kubelet's and the annotations' numbers may name
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = classes
         self._topology_state = topology.to_dict()  # the machine does not change under us
@@ -199,7 +201,10 @@ class Enforcer:
             raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         try:
             wanted = decode_container(
-                container_create(request), classes=self.classes, warn=log.warning
+                container_create(request),
+                classes=self.classes,
+                machine=self.machine,
+                warn=log.warning,
             )
             if self.controllers is not None:
                 wanted = self.controllers.check(wanted)
@@ -394,8 +399,8 @@ class Enforcer:
         admitted = self.policy.admitted[tracked.key]
         placement = self.policy.placement(tracked.key)
         request = admitted.request
-        cpus = str(placement.cpus) if placement.cpus else request.kubelet_cpus or self._all_cpus
-        mems = str(placement.mems) if placement.mems else request.kubelet_mems or self._all_mems
+        cpus = str(placement.cpus or request.kubelet_cpus) or self._all_cpus
+        mems = str(placement.mems or request.kubelet_mems) or self._all_mems
         return cpus, mems
 
     def repin(self) -> None:
@@ -513,7 +518,10 @@ class Enforcer:
         running_on = CPUSet.parse(current.get("cpus", "") or "")
         try:
             wanted = decode_container(
-                container_create(request), classes=self.classes, warn=log.warning
+                container_create(request),
+                classes=self.classes,
+                machine=self.machine,
+                warn=log.warning,
             )
             if self.controllers is not None:
                 wanted = self.controllers.check(wanted)
