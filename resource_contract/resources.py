@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resource_contract.classes import ClassKind
+
+# Kubernetes caps all annotations of an object together at 256 KiB: one annotation cannot be
+# bigger, so a longer value did not come through the API server and is refused unread.
+MAX_BYTES = 256 * 1024
+# The format nests objects 4 deep ({"containers": {NAME: {"requests": {RESOURCE: QUANTITY}}}}).
+# Deeper nesting is refused by a linear scan before the JSON parser (which recurses) sees it;
+# the margin lets a slightly wrong shape reach the schema, whose error names the field.
+SCHEMA_DEPTH = 4
+MAX_DEPTH = 2 * SCHEMA_DEPTH
+
+# A string, or an unterminated one to the end: it always matches, possessively, so the scan
+# stays linear whatever the quotes and backslashes (a failing match would rescan the rest).
+_STRING = re.compile(r'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
 
 
 class ResourcesAnnotationError(ValueError):
@@ -37,9 +54,15 @@ class ResourcesAnnotation(BaseModel):
 
     @classmethod
     def parse(cls, text: str, *, key: str) -> ResourcesAnnotation:
-        """Parses the annotation `key`; the error names the key and the offending field."""
+        """Parses the annotation `key`; the error names the key and the offending field.
+
+        Size and depth are checked first, in time linear in a bounded length, so a hostile
+        value costs no more than a well-formed one."""
+        check_bounds(text, key=key)
         try:
             data: Any = json.loads(text)
+        except RecursionError:  # not reached below MAX_DEPTH; kept as a second fence
+            raise ResourcesAnnotationError(f'annotation "{key}": nested too deep') from None
         except ValueError as exc:
             raise ResourcesAnnotationError(f'annotation "{key}": not valid JSON: {exc}') from None
         try:
@@ -48,3 +71,26 @@ class ResourcesAnnotation(BaseModel):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise ResourcesAnnotationError(f'annotation "{key}": {where}: {first["msg"]}') from None
+
+
+def check_bounds(text: str, *, key: str) -> None:
+    """ResourcesAnnotationError when `text` is longer than MAX_BYTES (UTF-8) or nests objects
+    and arrays deeper than MAX_DEPTH (brackets inside strings do not count)."""
+    # A character is at most 4 bytes: only a short enough text is encoded to be measured.
+    if len(text) > MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise ResourcesAnnotationError(
+            f'annotation "{key}": longer than {MAX_BYTES // 1024} KiB, the most Kubernetes '
+            "allows for all of a pod's annotations"
+        )
+    depth = nesting_depth(text)
+    if depth > MAX_DEPTH:
+        raise ResourcesAnnotationError(
+            f'annotation "{key}": nested {depth} levels deep; its format has {SCHEMA_DEPTH} '
+            '({"containers": {NAME: {"requests": {RESOURCE: QUANTITY}}}})'
+        )
+
+
+def nesting_depth(text: str) -> int:
+    """How deep JSON objects and arrays nest in `text`, strings skipped; one linear scan."""
+    brackets = _BRACKET.findall(_STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)

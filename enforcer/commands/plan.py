@@ -17,7 +17,13 @@ from typing import Any
 import yaml
 
 from enforcer.configuration import load_config
-from enforcer.decode import ContainerCreate, ContainerRequest, DecodeError, decode_container
+from enforcer.decode import (
+    ContainerCreate,
+    ContainerRequest,
+    DecodeError,
+    Machine,
+    decode_container,
+)
 from enforcer.decode.kubelet import cgroup_parent_for, resources_for
 from enforcer.engine import views_of
 from enforcer.engine.enforcer import class_settings
@@ -116,6 +122,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
         return planned
     annotations = dict(manifest["metadata"].get("annotations") or {})
     cgroup_parent = cgroup_parent_for(qos_class(manifest["spec"]), uid)
+    machine = Machine.of(policy.topology)
     for (container, init), p in zip(containers, planned, strict=True):
         create = ContainerCreate(
             pod_uid=uid,
@@ -127,7 +134,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             resources=resources_for(container),
         )
         try:
-            p.request = decode_container(create, classes=class_settings(config))
+            p.request = decode_container(create, classes=class_settings(config), machine=machine)
             policy.admit(p.request)
         except (DecodeError, PlacementError) as exc:
             p.request, p.error = None, str(exc)

@@ -1,6 +1,7 @@
 """From a runtime's container creation to what the container asked for (pure: no I/O)."""
 
 from enforcer.decode.kubelet import KubeletResources
+from enforcer.decode.machine import Machine
 from enforcer.decode.request import (
     ClassSettings,
     ContainerCreate,
@@ -17,6 +18,7 @@ __all__ = [
     "ContainerRequest",
     "DecodeError",
     "KubeletResources",
+    "Machine",
     "Preferences",
     "decode_container",
     "estimate_from_cri",

@@ -19,7 +19,9 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from enforcer.decode.machine import Machine
 from enforcer.refusal import Reason, Refusal
+from enforcer.topology import CPUSet
 from resource_contract.classes import (
     ClassAccess,
     ClassKind,
@@ -85,9 +87,9 @@ class ContainerRequest:
     # the QoS-class default (skipped quietly where it cannot apply).
     rdt_explicit: bool = False
     blockio_explicit: bool = False
-    # What kubelet asked for; `cpu.preserve` keeps it.
-    kubelet_cpus: str = ""
-    kubelet_mems: str = ""
+    # What kubelet asked for, checked against the machine; `cpu.preserve` keeps it.
+    kubelet_cpus: CPUSet = field(default_factory=CPUSet)
+    kubelet_mems: CPUSet = field(default_factory=CPUSet)
 
     @property
     def key(self) -> str:
@@ -184,6 +186,46 @@ def _contradiction(numbers: Mapping[str, int], res: KubeletResources) -> str | N
     return ", ".join(wrong) or None
 
 
+def _beyond_capacity(numbers: Mapping[str, int], machine: Machine | None) -> str | None:
+    """Requests the node could never hold, or None. (Limits may exceed the node, as Kubernetes
+    allows; kubelet's own values confirm them.)"""
+    if machine is None:
+        return None
+    cpu, memory = numbers["cpu_request_milli"], numbers["memory_request"]
+    if cpu > machine.cpu_milli:
+        return f"a CPU request of {cpu}m, above the node's {len(machine.cpus)} CPUs"
+    if machine.memory_bytes and memory > machine.memory_bytes:
+        return f"a memory request of {memory} bytes, above the node's {machine.memory_bytes} bytes"
+    return None
+
+
+def _kubelet_cpuset(text: str, field: str, known: CPUSet | None, what: str, where: str) -> CPUSet:
+    """kubelet's `cpuset_cpus` or `cpuset_mems`, parsed and checked against the machine."""
+    shown = _clipped(text)
+    try:
+        ids = CPUSet.parse(text)
+    except ValueError as exc:
+        # CPUSet's message repeats the text: shown once, clipped.
+        why = _clipped(str(exc).removeprefix(f"invalid CPU list {text!r}: "))
+        raise DecodeError(
+            Reason.BAD_REQUEST, f'{where} {field} "{shown}" is not a {what} list: {why}'
+        ) from None
+    if known is not None and (outside := ids - known):
+        raise DecodeError(
+            Reason.BAD_REQUEST,
+            f'{where} {field} "{shown}" names {what}s {outside}, which this machine does not '
+            f"have (it has {known or 'none'})",
+        )
+    return ids
+
+
+_SHOWN = 80  # characters of a bad value quoted in a message
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
 def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
     # Only used when the cgroup parent is not kubelet's; judges this container alone.
     cpu_r, cpu_l = numbers["cpu_request_milli"], numbers["cpu_limit_milli"]
@@ -222,9 +264,13 @@ def decode_container(
     create: ContainerCreate,
     *,
     classes: ClassSettings | None = None,
+    machine: Machine | None = None,
     warn: Callable[[str], None] = lambda _msg: None,
 ) -> ContainerRequest:
-    """The ContainerRequest of a creation; DecodeError when it must be refused."""
+    """The ContainerRequest of a creation; DecodeError when it must be refused.
+
+    `machine`: what the node has; without it kubelet's cpusets are only parsed, and the
+    annotation's requests are not held against the node's capacity."""
     classes = classes or ClassSettings()
     name = create.container
     if not name:
@@ -238,14 +284,27 @@ def decode_container(
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
+    where = f"pod {pod} container {name}: the CRI request's"
+    kubelet_cpus = _kubelet_cpuset(
+        res.cpuset_cpus, "cpuset_cpus", machine.cpus if machine else None, "CPU", where
+    )
+    kubelet_mems = _kubelet_cpuset(
+        res.cpuset_mems, "cpuset_mems", machine.mems if machine else None, "memory node", where
+    )
 
     parent_qos = qos_from_cgroup_parent(create.cgroup_parent)
     found = _resources_entry(annotations, name, warn, pod)
     source = "cri"
     if found is not None:
         key, numbers = found
-        contradiction = _contradiction(numbers, res)
-        if contradiction:
+        beyond = _beyond_capacity(numbers, machine)
+        contradiction = None if beyond else _contradiction(numbers, res)
+        if beyond:
+            warn(
+                f'pod {pod} container {name}: annotation "{key}" asks for more than the node '
+                f"has: {beyond}; using the CRI values"
+            )
+        elif contradiction:
             warn(
                 f'pod {pod} container {name}: annotation "{key}" contradicts the CRI request: '
                 f"{contradiction}; using the CRI values"
@@ -293,7 +352,7 @@ def decode_container(
         blockio_class=blockio.name if blockio else None,
         rdt_explicit=bool(rdt and rdt.explicit),
         blockio_explicit=bool(blockio and blockio.explicit),
-        kubelet_cpus=res.cpuset_cpus,
-        kubelet_mems=res.cpuset_mems,
+        kubelet_cpus=kubelet_cpus,
+        kubelet_mems=kubelet_mems,
         **numbers,
     )

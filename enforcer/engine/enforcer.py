@@ -23,6 +23,7 @@ from enforcer.decode import (
     ContainerRequest,
     DecodeError,
     KubeletResources,
+    Machine,
     decode_container,
     estimate_from_cri,
 )
@@ -78,6 +79,7 @@ class Enforcer:
         self.cpusets = cpusets
         self.clock = clock
         self.classes = class_settings(config)
+        self.machine = Machine.of(topology)  # what kubelet's and the annotations' numbers may name
         self._topology_state = topology.to_dict()  # the machine does not change under us
         self.registry = Registry(make_policy(topology, config.policy), store, self._header)
         # What a container inherits when nobody pins it (an empty cpuset means "inherit").
@@ -183,7 +185,9 @@ class Enforcer:
             )
 
     def _decode(self, create: ContainerCreate) -> ContainerRequest:
-        wanted = decode_container(create, classes=self.classes, warn=log.warning)
+        wanted = decode_container(
+            create, classes=self.classes, machine=self.machine, warn=log.warning
+        )
         if self.controllers is not None:
             wanted = self.controllers.check(wanted)
         return wanted
@@ -410,8 +414,8 @@ class Enforcer:
         value alone it is kubelet's, or everything (kubelet's empty value inherits it)."""
         request = self.registry.request(key)
         placement = self.registry.placement(key)
-        cpus = str(placement.cpus) if placement.cpus else request.kubelet_cpus or self._all_cpus
-        mems = str(placement.mems) if placement.mems else request.kubelet_mems or self._all_mems
+        cpus = str(placement.cpus or request.kubelet_cpus) or self._all_cpus
+        mems = str(placement.mems or request.kubelet_mems) or self._all_mems
         return Pinning(cpus, mems)
 
     def repin(self) -> None:
@@ -614,8 +618,17 @@ class Enforcer:
         try:
             wanted = self._decode(recorded.create)
         except (DecodeError, ClassRefused) as exc:
-            log.warning("running container %s: %s; adopted without its classes", container.id, exc)
-            wanted = decode_container(replace(recorded.create, annotations={}), warn=log.warning)
+            # It runs all the same: tracked on kubelet's numbers alone, without what was refused
+            # (its annotations, a cpuset this machine does not have).
+            log.warning(
+                "running container %s: %s; adopted on kubelet's values alone", container.id, exc
+            )
+            bare = replace(
+                recorded.create,
+                annotations={},
+                resources=replace(recorded.create.resources, cpuset_cpus="", cpuset_mems=""),
+            )
+            wanted = decode_container(bare, machine=self.machine, warn=log.warning)
         running_on = _cpuset(recorded.running_cpus)
         with self.registry.change():
             self.registry.put(

@@ -44,8 +44,13 @@ class Admitted:
     @cached_property
     def _state(self) -> dict[str, Any]:
         # Entries never change, and the state file is written after every event: serialise
-        # each entry once (shallow: the request's fields are plain values).
-        request = {**vars(self.request), "preferences": vars(self.request.preferences)}
+        # each entry once (shallow: the request's other fields are plain values).
+        request = {
+            **vars(self.request),
+            "preferences": vars(self.request.preferences),
+            "kubelet_cpus": str(self.request.kubelet_cpus),
+            "kubelet_mems": str(self.request.kubelet_mems),
+        }
         return {
             "request": request,
             "kind": self.kind,
@@ -58,6 +63,8 @@ class Admitted:
     def from_dict(cls, data: dict[str, Any]) -> Admitted:
         req = dict(data["request"])
         req["preferences"] = Preferences(**req.get("preferences") or {})
+        for name in ("kubelet_cpus", "kubelet_mems"):
+            req[name] = CPUSet.parse(req.get(name) or "")
         return cls(
             request=ContainerRequest(**req),
             kind=data["kind"],

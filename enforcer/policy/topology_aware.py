@@ -20,9 +20,12 @@ Accounting, per pool P (P "or below" = P and its descendants):
 - shared(P) = P's CPUs - reserved - isolated - exclusively held: where its shared containers run.
 - granted(P) = milli-CPU granted to shared and mixed containers placed in P or below; these need
   required(P) = ceil(granted / 1000) CPUs of shared(P), at least one when any such container
-  exists, and the root always keeps one so that BestEffort containers can start. Exclusive CPUs
-  are only taken where every pool that loses them keeps its required CPUs. For a tree of pools
-  this condition is exactly what makes every shared grant satisfiable at the same time.
+  exists. Without reserved CPUs the root always keeps one so that BestEffort containers can
+  start; with reserved CPUs it need not: its containers with nothing granted (BestEffort, or no
+  CPU request) run on the reserved CPUs while it has no shared CPU left, as with kubelet and
+  `static` (so a 2-CPU machine with 1 reserved CPU can still grant the other one). Exclusive
+  CPUs are only taken where every pool that loses them keeps its required CPUs. For a tree of
+  pools this condition is exactly what makes every shared grant satisfiable at the same time.
 - Memory is charged per NUMA node (the limit, or the request when there is no limit), split over
   the container's memory nodes in proportion to their size. A pool's capacity is the memory of
   its nodes plus the memory-only nodes attached to them. Only the root may be overcommitted:
@@ -250,6 +253,10 @@ class TopologyAwarePolicy(Policy):
             placement = Placement(cpus, self._pinned(cpus), cpus, kind, entry.pool)
         else:
             shared = self._shared(self._by_name[entry.pool].index)
+            if not shared and not entry.exclusive:
+                # Only the root can run out of shared CPUs, and only while nothing is granted
+                # on them (`_required`): its BestEffort containers fall back to the reserved CPUs.
+                shared = self.reserved
             cpus = shared | entry.exclusive if entry.exclusive else shared
             placement = Placement(cpus, self._pinned(cpus), entry.exclusive, kind, entry.pool)
         self._placement_cache[key] = placement
@@ -550,7 +557,11 @@ class TopologyAwarePolicy(Policy):
         """Shared CPUs the pool must keep for what is granted in it and below."""
         granted = self._granted[index] + milli
         required = -(-granted // 1000)
-        if not required and (self._sharing[index] + count or index == 0):
+        if required or (index == 0 and self.reserved):
+            # The root's containers with nothing granted run on the reserved CPUs when no
+            # shared CPU is left (see `placement`), as they do under static and kubelet.
+            return required
+        if self._sharing[index] + count or index == 0:
             required = 1  # a BestEffort container still needs a CPU to run on
         return required
 

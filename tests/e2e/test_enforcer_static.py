@@ -330,3 +330,54 @@ def test_a_cpuset_changed_behind_the_enforcers_back_is_repaired(
             assert "resource_enforcer_cpuset_repairs_total 1.0" in text
     finally:
         assert proc.stop() == 0, proc.log_tail()
+
+
+# ----- bounds before work (issue 11: item 7, defects 4 and 9) --------------------------------
+
+RESOURCES_KEY = "resource-enforcer.dev/resources"
+
+
+def test_absurd_annotations_fall_back_to_kubelets_values(
+    kubelet: KubeletEmulator, enforcer: EnforcerProcess
+) -> None:
+    huge = {"cpu": "1e999990", "memory": "64Mi"}
+    absurd = json.dumps({"containers": {"app": {"requests": huge, "limits": huge}}})
+    # A quantity that once held the worker for 20 s: refused by its exponent, so the create
+    # answers at once, and kubelet's own values (1 CPU, Guaranteed) decide.
+    pinned = kubelet.run_pod(
+        manifest("absurd", sleeper(resources=guaranteed("1")), annotations={RESOURCES_KEY: absurd})
+    )
+    taken = cpus_of(pinned)
+    assert len(taken) == 1 and not taken & RESERVED
+    # 100,000 levels of nesting once answered INTERNAL with a traceback in the log.
+    deep = kubelet.run_pod(manifest("deep", sleeper(), annotations={RESOURCES_KEY: "[" * 100_000}))
+    assert cpus_of(deep) == ALL - taken
+    log = enforcer.log_tail(400)
+    assert "Traceback" not in log
+    for pod, why in (("e2e/absurd", "out of range"), ("e2e/deep", "100000 levels deep")):
+        warning = next(line for line in log.splitlines() if f"pod {pod}" in line and why in line)
+        assert RESOURCES_KEY in warning
+
+
+@pytest.mark.parametrize(
+    ("cpus", "mems", "named"),
+    [
+        ("0-99999", "", 'cpuset_cpus "0-99999"'),
+        ("abc", "", 'cpuset_cpus "abc"'),
+        (str(ALL), "0-1023", 'cpuset_mems "0-1023"'),
+    ],
+)
+def test_kubelets_bad_cpuset_is_refused_at_create(
+    kubelet: KubeletEmulator, cpus: str, mems: str, named: str
+) -> None:
+    pod = kubelet.run_pod_sandbox(manifest("badset", sleeper()))
+    request = kubelet.create_request(pod, "app")
+    request.config.linux.resources.cpuset_cpus = cpus
+    request.config.linux.resources.cpuset_mems = mems
+    with pytest.raises(grpc.RpcError) as err:
+        kubelet.create_container(pod, "app", request=request)
+    # Refused at CreateContainer, naming the field and value; it used to fail in runc at start.
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "pod e2e/badset container app: the CRI request's" in err.value.details()
+    assert named in err.value.details()
+    assert kubelet.list_containers(pod.sandbox_id) == []

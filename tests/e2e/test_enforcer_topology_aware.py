@@ -62,3 +62,40 @@ def test_exclusive_and_shared_with_memory_pinned(
     assert "policy topology-aware" in out.stdout and "pinned" in out.stdout
     kubelet.remove_pod(exclusive)
     assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == ALL
+
+
+# Two CPUs, one reserved: the machine of issue 11's defect 7 (this one, where it has 2 CPUs;
+# availableCPUs makes any machine look like it).
+SPARE, ONLY = sorted(ALL)[:2]
+
+
+@pytest.fixture
+def two_cpu_relay(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[EnforcerProcess]:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "policy: {name: topology-aware, pinMemory: true, "
+        f'availableCPUs: "{SPARE},{ONLY}", reservedCPUs: "{SPARE}"}}\n'
+    )
+    proc = EnforcerProcess(
+        tmp_path / "enforcer", runtime_socket=containerd.socket, config=str(config)
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def test_one_reserved_of_two_cpus_still_grants_the_other(
+    two_cpu_relay: EnforcerProcess, tmp_path: Path
+) -> None:
+    with KubeletEmulator(two_cpu_relay.relay_socket, log_root=tmp_path / "pods") as kubelet:
+        best_effort = kubelet.run_pod(manifest("be", sleeper()))
+        assert CPUSet.parse(cpuset(best_effort, "cpuset.cpus")) == CPUSet.of(ONLY)
+        pinned = kubelet.run_pod(manifest("g1", sleeper(resources=guaranteed("1"))))
+        # The Guaranteed 1-CPU container has the unreserved CPU to itself, as under static ...
+        assert CPUSet.parse(cpuset(pinned, "cpuset.cpus")) == CPUSet.of(ONLY)
+        # ... and the BestEffort container, running all along, moved to the reserved CPU.
+        assert CPUSet.parse(cpuset(best_effort, "cpuset.cpus")) == CPUSet.of(SPARE)
+        kubelet.remove_pod(pinned)
+        assert CPUSet.parse(cpuset(best_effort, "cpuset.cpus")) == CPUSet.of(ONLY)

@@ -162,7 +162,12 @@ def check_invariants(policy: Policy) -> None:
         admitted = policy.admitted[key]
         assert p.mems == topo.memory_nodes_of_cpus(p.cpus), key  # pinMemory is on
         if p.kind in ("shared", "mixed"):
-            assert not shared_part & (policy.reserved | topo.isolated), key
+            if shared_part & policy.reserved:
+                # Only the root's fallback: nothing granted, and no shared CPU left anywhere.
+                root = policy.pools()[0]
+                assert admitted.pool == root.name and not admitted.shared_milli, key
+                assert not root.shared and p.cpus == policy.reserved, key
+            assert not shared_part & topo.isolated, key
             assert len(shared_part) * 1000 >= admitted.shared_milli, key
         if p.kind == "exclusive" and len(p.exclusive) > 1:
             assert not p.exclusive & topo.isolated, key

@@ -389,6 +389,46 @@ def test_exclusive_cpus_never_shrink_shared_below_its_grants() -> None:
     assert len(p.placement(req("b").key).cpus) == 3
 
 
+TWO_CPUS = Topology.synthetic(cores_per_node=2, threads_per_core=1)  # CPUs 0 and 1, one node
+
+
+def test_two_cpus_with_one_reserved_grant_the_other_as_static_does() -> None:
+    # Issue 11, defect 7: the root used to keep its one unreserved CPU shared for BestEffort
+    # containers, so no Guaranteed container ever got a CPU of its own here.
+    static = make_policy(TWO_CPUS, PolicyConfig(name="static", reservedCPUs="0"))
+    assert static.admit(req("g", 1000)).exclusive == CPUSet.of(1)
+    p = policy(TWO_CPUS, reservedCPUs="0")
+    g = p.admit(req("g", 1000, memory=GiB))
+    assert (g.kind, g.cpus, g.exclusive, g.mems) == (
+        "exclusive",
+        CPUSet.of(1),
+        CPUSet.of(1),
+        CPUSet.of(0),
+    )
+    # With no shared CPU left, a BestEffort container runs on the reserved CPU (kubelet's and
+    # static's shared pool includes it) and comes back to CPU 1 when it is free again.
+    be = p.admit(req("be", 0, "BestEffort"))
+    assert (be.kind, be.cpus, be.exclusive) == ("shared", CPUSet.of(0), CPUSet())
+    # A CPU request needs a shared CPU that is not reserved: refused while CPU 1 is taken.
+    with pytest.raises(PlacementError, match="0 CPUs free for exclusive use, 0m shared CPU"):
+        p.admit(req("b", 100, "Burstable"))
+    with pytest.raises(PlacementError):
+        p.admit(req("g2", 1000))
+    p.release(req("g").key)
+    assert p.placement(req("be").key).cpus == CPUSet.of(1)
+    # ... and while a BestEffort container runs on CPU 1, CPU 1 can still be handed out.
+    assert p.admit(req("g3", 1000)).exclusive == CPUSet.of(1)
+    assert p.placement(req("be").key).cpus == CPUSet.of(0)
+
+
+def test_without_reserved_cpus_the_root_keeps_one_shared_cpu() -> None:
+    p = policy(TWO_CPUS)
+    assert p.admit(req("g", 1000)).exclusive == CPUSet.of(0)
+    with pytest.raises(PlacementError, match="0 CPUs free for exclusive use"):
+        p.admit(req("g2", 1000))
+    assert p.admit(req("be", 0, "BestEffort")).cpus == CPUSet.of(1)
+
+
 def test_a_big_container_spans_nodes_without_starving_a_nodes_shared_containers() -> None:
     topo = Topology.synthetic(nodes_per_die=2, cores_per_node=2)  # node0 0,1,4,5; node1 2,3,6,7
     p = policy(topo)
@@ -436,12 +476,12 @@ def test_refusal_says_what_was_asked_and_what_the_best_pool_had() -> None:
     assert p.admit(req("a", 4000)).exclusive == CPUSet.of(2, 3, 6, 7)
     before = p.placements()
     with pytest.raises(PlacementError) as err:
-        p.admit(req("b", 2000, memory=GiB))
+        p.admit(req("b", 3000, memory=GiB))
     assert err.value.reason == Reason.NO_ROOM
-    # socket0 has 1 and 5 shared, but the machine keeps one shared CPU.
+    # socket0 has 1 and 5 shared; with reserved CPUs the machine need not keep one of them.
     assert str(err.value) == (
-        "pod ns/b container b: asked for 2 exclusive CPUs and 1Gi memory; no pool has room: "
-        "the best, socket0, has 1 CPU free for exclusive use, 2000m shared CPU and 16Gi "
+        "pod ns/b container b: asked for 3 exclusive CPUs and 1Gi memory; no pool has room: "
+        "the best, socket0, has 2 CPUs free for exclusive use, 2000m shared CPU and 16Gi "
         "memory free"
     )
     assert p.placements() == before and req("b").key not in p.admitted

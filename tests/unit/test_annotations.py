@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resource_contract import resources as resources_module
 from resource_contract.classes import (
     ClassAccess,
     ClassRequestError,
@@ -16,7 +17,13 @@ from resource_contract.preferences import (
     resolve_preference,
     validate_preference_annotations,
 )
-from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
+from resource_contract.resources import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    ResourcesAnnotation,
+    ResourcesAnnotationError,
+    nesting_depth,
+)
 
 RDT_ORDER = [
     "rdtclass.resource-enforcer.dev/container.app",
@@ -172,3 +179,81 @@ def test_malformed_resources_annotation_names_the_field(text: str, where: str) -
     with pytest.raises(ResourcesAnnotationError) as err:
         ResourcesAnnotation.parse(text, key="intel.com/resources")
     assert "intel.com/resources" in str(err.value) and where in str(err.value)
+
+
+# ----- bounds before work: size and depth are checked before the JSON parser runs ------------
+
+
+@pytest.fixture
+def no_json_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test if the annotation reaches the JSON parser."""
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the JSON parser was reached")
+
+    monkeypatch.setattr(resources_module.json, "loads", refuse)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"a":' * 50_000,
+        '{"containers": {"app": {"requests": {"cpu": ' + "[" * 100_000 + "]" * 100_000 + "}}}}",
+        # A deep value behind a string full of escapes and brackets: still counted.
+        '{"a\\"[{": ' + "[" * (MAX_DEPTH + 1),
+    ],
+    ids=["arrays", "objects", "inside-a-quantity", "after-a-string"],
+)
+@pytest.mark.usefixtures("no_json_parsing")
+def test_deep_nesting_is_refused_before_parsing(text: str) -> None:
+    # Issue 11, defect 9: 100,000 levels used to reach json.loads and fail with RecursionError.
+    with pytest.raises(ResourcesAnnotationError) as err:
+        ResourcesAnnotation.parse(text, key="noderesource.dev/resources")
+    assert str(err.value).startswith('annotation "noderesource.dev/resources": nested ')
+    assert "levels deep; its format has 4" in str(err.value)
+
+
+@pytest.mark.usefixtures("no_json_parsing")
+def test_an_annotation_above_256_kib_is_refused_before_parsing() -> None:
+    assert MAX_BYTES == 256 * 1024
+    with pytest.raises(ResourcesAnnotationError, match='"k": longer than 256 KiB'):
+        ResourcesAnnotation.parse('{"containers": {}}' + " " * MAX_BYTES, key="k")
+    # Bytes, not characters: "é" is two bytes in UTF-8.
+    name = "é" * (MAX_BYTES // 2)
+    with pytest.raises(ResourcesAnnotationError, match="longer than 256 KiB"):
+        ResourcesAnnotation.parse(f'{{"containers": {{"{name}": {{}}}}}}', key="k")
+
+
+def test_up_to_the_bounds_the_schema_decides() -> None:
+    body = '{"containers": {"app": {"requests": {"cpu": "2"}}}}'
+    padded = body + " " * (MAX_BYTES - len(body))
+    assert ResourcesAnnotation.parse(padded, key="k").get("app") is not None
+    # Within the depth bound a wrong shape reaches the schema, whose error names the field.
+    deep = '{"containers": {"a": {"requests": {"cpu": ' + "[" * 4 + "]" * 4 + "}}}}"
+    assert nesting_depth(deep) == MAX_DEPTH
+    with pytest.raises(ResourcesAnnotationError, match=r"containers\.a\.requests\.cpu"):
+        ResourcesAnnotation.parse(deep, key="k")
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("", 0),
+        ('"[[[["', 0),
+        ('{"[{": "}}]]"}', 1),
+        (r'{"a\\": [{"b\"[": []}]}', 4),
+        ('"unterminated [[[[', 0),
+        ('"' + '\\"' * 1000 + "\\", 0),
+    ],
+)
+def test_nesting_depth_skips_strings(text: str, depth: int) -> None:
+    assert nesting_depth(text) == depth
+
+
+def test_brackets_in_container_names_are_not_nesting() -> None:
+    name = "{[" * 20
+    text = ResourcesAnnotation.model_validate(
+        {"containers": {name: {"requests": {"cpu": "1"}}}}
+    ).to_json()
+    assert ResourcesAnnotation.parse(text, key="k").get(name) is not None

@@ -9,8 +9,15 @@ import pytest
 
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
-from enforcer.decode import ClassSettings, ContainerRequest, DecodeError, decode_container
+from enforcer.decode import (
+    ClassSettings,
+    ContainerRequest,
+    DecodeError,
+    Machine,
+    decode_container,
+)
 from enforcer.refusal import Reason
+from enforcer.topology import CPUSet, Topology
 from resource_contract.classes import ClassAccess
 from tests.support.kubelet import container_config_for, sandbox_config_for
 
@@ -213,3 +220,129 @@ def test_impossible_annotation_values_are_not_trusted(
     )
     assert got.source == "cri" and got.cpu_request_milli >= 0 and got.memory_request >= 0
     assert warnings and why in warnings[0]
+
+
+# ----- bounds before work (issue 11: item 7, defects 4 and 9) --------------------------------
+
+MACHINE = Machine(cpus=CPUSet.parse("0-1"), mems=CPUSet.of(0), memory_bytes=8 << 30)
+
+
+def test_machine_of_a_topology() -> None:
+    topology = Topology.synthetic(sockets=2, cores_per_node=2, threads_per_core=1)
+    machine = Machine.of(topology)
+    assert (machine.cpus, machine.mems) == (CPUSet.parse("0-3"), CPUSet.of(0, 1))
+    assert machine.memory_bytes == 32 << 30 and machine.cpu_milli == 4000
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        # Refused by its exponent before any arithmetic: it used to cost 20 s of one worker.
+        ("1e999990", "out of range"),
+        ("9" * 65, "longer than 64 characters"),
+    ],
+)
+def test_an_absurd_quantity_is_refused_cheaply_and_cri_is_used(value: str, why: str) -> None:
+    g1 = {"cpu": "1", "memory": "1Gi"}
+    warnings: list[str] = []
+    got = decode(
+        request(pod({"limits": g1}, annotation({"cpu": value}, {"cpu": value}))),
+        machine=MACHINE,
+        warn=warnings.append,
+    )
+    assert got.source == "cri" and got.exclusive_cpus == 1
+    assert len(warnings) == 1 and "prod/web" in warnings[0]
+    assert "resource-enforcer.dev/resources" in warnings[0] and why in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "[" * 100_000,
+        '{"containers": {"app": {"requests": {"cpu": ' + "[" * 100_000 + "]" * 100_000 + "}}}}",
+        '{"containers": {}}' + " " * (256 << 10),
+    ],
+    ids=["deep", "deep-in-a-quantity", "above-256-KiB"],
+)
+def test_a_deep_or_huge_annotation_warns_and_uses_cri(bad: str) -> None:
+    # Issue 11, defect 9: 100,000 levels answered CreateContainer with INTERNAL.
+    warnings: list[str] = []
+    got = decode(
+        request(pod({"limits": G2}, {"resource-enforcer.dev/resources": bad})),
+        machine=MACHINE,
+        warn=warnings.append,
+    )
+    assert got.source == "cri" and got.qos == "Guaranteed" and got.exclusive_cpus == 2
+    assert len(warnings) == 1 and warnings[0].startswith(
+        'pod prod/web: ignoring annotation "resource-enforcer.dev/resources": '
+    )
+    assert "levels deep; its format has 4" in warnings[0] or "longer than 256 KiB" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "why"),
+    [
+        # Burstable, no memory limit: nothing in the CRI request confirms the memory request.
+        ({"cpu": "100m", "memory": "1Ti"}, {}, "a memory request of 1099511627776 bytes"),
+        ({"cpu": "3"}, {}, "a CPU request of 3000m, above the node's 2 CPUs"),
+    ],
+)
+def test_requests_above_the_nodes_capacity_are_not_believed(
+    requests: dict, limits: dict, why: str
+) -> None:
+    manifest = pod({"requests": requests, "limits": limits}, annotation(requests, limits))
+    assert decode(request(manifest)).source == "resource-enforcer.dev/resources"  # no machine
+    warnings: list[str] = []
+    got = decode(request(manifest), machine=MACHINE, warn=warnings.append)
+    assert got.source == "cri" and got.memory_request == 0
+    assert len(warnings) == 1 and "prod/web container app" in warnings[0]
+    assert 'annotation "resource-enforcer.dev/resources" asks for more than the node' in warnings[0]
+    assert why in warnings[0]
+
+
+def test_limits_above_the_nodes_capacity_are_kubelets_to_confirm() -> None:
+    requests, limits = {"cpu": "1", "memory": "1Gi"}, {"cpu": "64", "memory": "1Ti"}
+    manifest = pod({"requests": requests, "limits": limits}, annotation(requests, limits))
+    got = decode(request(manifest), machine=MACHINE)
+    assert got.source == "resource-enforcer.dev/resources"
+    assert (got.cpu_limit_milli, got.memory_request) == (64000, 1 << 30)
+
+
+def with_cpusets(cpus: str = "", mems: str = "") -> api_pb2.CreateContainerRequest:
+    req = request(pod({"limits": G2}))
+    req.config.linux.resources.cpuset_cpus = cpus
+    req.config.linux.resources.cpuset_mems = mems
+    return req
+
+
+def test_kubelets_cpusets_are_parsed() -> None:
+    got = decode(with_cpusets("1", "0"), machine=MACHINE)
+    assert (got.kubelet_cpus, got.kubelet_mems) == (CPUSet.of(1), CPUSet.of(0))
+    got = decode(with_cpusets())
+    assert (got.kubelet_cpus, got.kubelet_mems) == (CPUSet(), CPUSet())
+
+
+@pytest.mark.parametrize(
+    ("cpus", "mems", "message"),
+    [
+        ("abc", "", "cpuset_cpus \"abc\" is not a CPU list: 'abc' is not a CPU id"),
+        ("0-99999", "", 'cpuset_cpus "0-99999" is not a CPU list: 99999 is above the limit'),
+        (
+            "0-7",
+            "",
+            'cpuset_cpus "0-7" names CPUs 2-7, which this machine does not have (it has 0-1)',
+        ),
+        ("1", "0,3", 'cpuset_mems "0,3" names memory nodes 3, which this machine does not have'),
+        ("1", "x", 'cpuset_mems "x" is not a memory node list'),
+        ("1-" + "9" * 500, "", 'cpuset_cpus "1-999999999'),
+    ],
+)
+def test_kubelets_bad_cpusets_are_refused_naming_the_field(
+    cpus: str, mems: str, message: str
+) -> None:
+    # Issue 11, defect 9: they used to reach runc, which then failed StartContainer.
+    with pytest.raises(DecodeError) as err:
+        decode(with_cpusets(cpus, mems), machine=MACHINE)
+    assert err.value.reason == Reason.BAD_REQUEST
+    assert str(err.value).startswith("pod prod/web container app: the CRI request's ")
+    assert message in str(err.value) and len(str(err.value)) < 300

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from enforcer.decode import ContainerRequest, Preferences
@@ -110,6 +113,24 @@ def test_without_reserved_cpus_one_cpu_stays_shared() -> None:
 def test_preserve_leaves_kubelets_pinning() -> None:
     placement = static(reservedCPUs=1).admit(req("p", 2000, preserve=True))
     assert placement.kind == "preserved" and placement.cpus is None and not placement.exclusive
+
+
+def test_kubelets_checked_cpusets_survive_the_saved_state() -> None:
+    policy = static(reservedCPUs=1)
+    kept = replace(
+        req("p", 2000, preserve=True), kubelet_cpus=CPUSet.of(3, 4), kubelet_mems=CPUSet.of(1)
+    )
+    policy.admit(kept)
+    saved = json.loads(json.dumps(policy.to_state()))
+    assert saved["admitted"][0]["request"]["kubelet_cpus"] == "3-4"
+    restored = static(reservedCPUs=1)
+    assert restored.restore(saved) == []
+    assert restored.admitted[kept.key].request == kept
+    # A state written before they were checked held kubelet's strings as they came.
+    saved["admitted"][0]["request"].update(kubelet_cpus=" 4,3\n", kubelet_mems="")
+    restored = static(reservedCPUs=1)
+    assert restored.restore(saved) == []
+    assert restored.admitted[kept.key].request.kubelet_cpus == CPUSet.of(3, 4)
 
 
 def test_readmitting_a_key_keeps_its_cpus() -> None:
