@@ -30,7 +30,10 @@ from resource_contract.classes import (
 )
 from resource_contract.keys import RESOURCES_KEYS
 from resource_contract.preferences import (
+    PreferenceAccess,
     PreferenceError,
+    PreferenceForbidden,
+    check_preference_access,
     resolve_preference,
     validate_preference_annotations,
 )
@@ -108,11 +111,13 @@ class DecodeError(Refusal):
 
 @dataclass(frozen=True)
 class ClassSettings:
-    """What the configuration says about classes; `None` configured means no check."""
+    """What the configuration says about class and preference requests; `None` configured
+    classes means no check, and the default access rules allow everything."""
 
     rdt: Collection[str] | None = None
     blockio: Collection[str] | None = None
     access: ClassAccess = field(default_factory=ClassAccess)
+    preferences: PreferenceAccess = field(default_factory=PreferenceAccess)
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -238,6 +243,10 @@ def decode_container(
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
+    try:
+        check_preference_access(annotations, create.namespace, classes.preferences)
+    except PreferenceForbidden as exc:
+        raise DecodeError(Reason.FORBIDDEN, f"pod {pod}: {exc}") from None
 
     parent_qos = qos_from_cgroup_parent(create.cgroup_parent)
     found = _resources_entry(annotations, name, warn, pod)
