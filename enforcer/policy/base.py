@@ -6,6 +6,7 @@ Policies are plain Python over plain data: no files, no sockets, no runtime. The
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -13,7 +14,8 @@ from typing import Any, ClassVar
 
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
-from enforcer.policy.model import Admitted, Placement, PoolView
+from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
+from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
 from resource_contract.quantities import parse_quantity
@@ -58,6 +60,13 @@ def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, 
     return available, reserved
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_cpus(text: str) -> CPUSet:
+    # Placements of preserved containers are asked for after every change: parse each of
+    # kubelet's strings once.
+    return CPUSet.parse(text)
+
+
 class Policy(ABC):
     """A policy's state is `admitted`: a key (pod uid/container) -> Admitted entry."""
 
@@ -98,6 +107,60 @@ class Policy(ABC):
     def taken(self) -> CPUSet:
         """CPUs held exclusively by some container."""
         return CPUSet().union(*(a.exclusive for a in self.admitted.values()))
+
+    # ----- `cpu.preserve` ----------------------------------------------------------------
+    #
+    # A preserved container keeps the CPUs kubelet asked for, cut to those it may share: never
+    # CPUs exclusive to another container, never reserved CPUs it is not entitled to. Each
+    # policy says which CPUs those are (`preserve_allowed`); the cut follows them as they
+    # change, so a container that later takes exclusive CPUs moves preserved ones off them.
+
+    def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
+        """The CPUs a preserved container may run on now (the policy's shared pool)."""
+        raise NotImplementedError
+
+    def kubelet_cpus(self, request: ContainerRequest) -> CPUSet:
+        """The CPUs kubelet asked for: its cpuset, or every available CPU when it set none (an
+        empty cpuset inherits the parent's). PlacementError when kubelet's value is not a CPU
+        list."""
+        text = request.kubelet_cpus
+        if not text.strip():
+            return self.available
+        try:
+            return _parse_cpus(text)
+        except ValueError as exc:
+            raise PlacementError(
+                f"pod {request.namespace}/{request.pod_name} container {request.container}: "
+                f"cpu.preserve: kubelet's cpuset {text!r} is not a CPU list: {exc}",
+                Reason.BAD_REQUEST,
+            ) from None
+
+    def preserved_cut(self, request: ContainerRequest) -> CPUSet:
+        """Where a preserved container may be admitted: kubelet's CPUs cut to the allowed ones.
+        PlacementError when nothing remains (or kubelet's cpuset is not a CPU list)."""
+        wanted = self.kubelet_cpus(request)
+        allowed = self.preserve_allowed(request)
+        cut = wanted & allowed
+        if not cut:
+            raise PlacementError(
+                f"pod {request.namespace}/{request.pod_name} container {request.container}: "
+                f"cpu.preserve keeps kubelet's CPUs {wanted or 'none'}, but none of them is "
+                f"one it may share (the shared CPUs are {allowed or 'none'}; the others are "
+                f"exclusive to other containers, reserved or isolated)"
+            )
+        return cut
+
+    def preserved_cpus(self, request: ContainerRequest) -> CPUSet:
+        """Where an admitted preserved container runs now: kubelet's CPUs cut to the allowed
+        ones; all the allowed ones when others have since taken every CPU of that cut."""
+        allowed = self.preserve_allowed(request)
+        try:
+            wanted = self.kubelet_cpus(request)
+        except PlacementError:  # admitted before kubelet's values were checked
+            wanted = self.available
+        # `allowed` is never empty while the container is admitted (the shared pool always
+        # keeps a CPU); kubelet's own CPUs are only the last resort of an empty cpuset.
+        return wanted & allowed or allowed or wanted
 
     def to_state(self) -> dict[str, Any]:
         return {"policy": self.name, "admitted": [a.to_dict() for a in self.admitted.values()]}
