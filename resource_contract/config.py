@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from resource_contract.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
@@ -184,6 +185,30 @@ class ClassAccessConfig(_Strict):
     blockio: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class PreferenceAccessConfig(BaseModel):
+    """`preferenceAccess`: namespace globs per CPU preference; absent (or null) means the
+    default: `policy.reservedNamespaces` for `cpu.preserve` and `prefer-reserved-cpus`, every
+    namespace for the others. An empty list allows no namespace."""
+
+    # The keys are the annotations' own names, dots and dashes included; only those spellings
+    # are accepted (a Python-style `cpu_preserve` is an unknown key, like any other).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+    cpu_preserve: list[str] | None = Field(default=None, alias="cpu.preserve")
+    prefer_reserved_cpus: list[str] | None = Field(default=None, alias="prefer-reserved-cpus")
+    prefer_isolated_cpus: list[str] | None = Field(default=None, alias="prefer-isolated-cpus")
+    prefer_shared_cpus: list[str] | None = Field(default=None, alias="prefer-shared-cpus")
+
+    def configured(self) -> dict[str, list[str] | None]:
+        """Preference name (as in the annotations) -> the configured globs, None when absent."""
+        return {
+            "cpu.preserve": self.cpu_preserve,
+            "prefer-reserved-cpus": self.prefer_reserved_cpus,
+            "prefer-isolated-cpus": self.prefer_isolated_cpus,
+            "prefer-shared-cpus": self.prefer_shared_cpus,
+        }
+
+
 class MetricsConfig(_Strict):
     address: str = "127.0.0.1:8891"
 
@@ -199,6 +224,7 @@ class Config(_Strict):
     rdt: RDTConfig | None = None
     blockio: BlockIOConfig | None = None
     classAccess: ClassAccessConfig = Field(default_factory=ClassAccessConfig)
+    preferenceAccess: PreferenceAccessConfig = Field(default_factory=PreferenceAccessConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
@@ -214,6 +240,12 @@ class Config(_Strict):
                 "rdt": {k: tuple(v) for k, v in self.classAccess.rdt.items()},
                 "blockio": {k: tuple(v) for k, v in self.classAccess.blockio.items()},
             }
+        )
+
+    def preference_access(self) -> PreferenceAccess:
+        """Which namespaces may ask for each CPU preference, defaults filled in."""
+        return PreferenceAccess.defaults(
+            self.policy.reservedNamespaces, self.preferenceAccess.configured()
         )
 
 

@@ -22,7 +22,13 @@ from resource_contract.classes import (
     validate_class_annotations,
 )
 from resource_contract.config import Config
-from resource_contract.preferences import PreferenceError, validate_preference_annotations
+from resource_contract.preferences import (
+    PreferenceAccess,
+    PreferenceError,
+    PreferenceForbidden,
+    check_preference_access,
+    validate_preference_annotations,
+)
 from resource_contract.qos import qos_class
 from resource_contract.quantities import parse_quantity
 from resource_contract.resources import ContainerResources, ResourcesAnnotation
@@ -32,11 +38,13 @@ Pairs = tuple[tuple[str, Any], ...]
 
 @dataclass(frozen=True)
 class Policy:
-    """What the webhook checks class requests against; built once, at start-up."""
+    """What the webhook checks class and preference requests against; built once, at start-up."""
 
     # None: no --config, so any well-formed class name goes and there is no QoS default.
     configured: Mapping[ClassKind, frozenset[str]] | None = None
     access: ClassAccess | None = None
+    # None: no --config, so every preference goes here (the enforcer checks it on the node).
+    preferences: PreferenceAccess | None = None
 
     @classmethod
     def from_config(cls, config: Config | None) -> Policy:
@@ -45,6 +53,7 @@ class Policy:
         return cls(
             configured={k: frozenset(config.configured_classes(k)) for k in CLASS_KINDS},
             access=config.class_access(),
+            preferences=config.preference_access(),
         )
 
 
@@ -54,7 +63,8 @@ class Denial(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-        self.reason = reason  # for metrics: malformed, unknown, forbidden, preference, quantity
+        # For metrics: malformed, unknown, forbidden, preference, preference-forbidden, quantity.
+        self.reason = reason
         self.message = message
 
 
@@ -191,6 +201,11 @@ def compute_annotation(pod: PodInput, policy: Policy) -> str:
         validate_preference_annotations(annotations)
     except PreferenceError as exc:
         raise Denial(400, "preference", str(exc)) from None
+    if policy.preferences is not None:
+        try:
+            check_preference_access(annotations, pod.namespace, policy.preferences)
+        except PreferenceForbidden as exc:
+            raise Denial(403, "preference-forbidden", str(exc)) from None
     try:
         # Refuses a malformed name even for a container the pod does not have (a mistyped
         # container name would otherwise hide it).

@@ -203,8 +203,9 @@ class WebhookApp(FastAPI):
 
 
 def create_app(config: Config | None = None, *, metrics: Metrics | None = None) -> WebhookApp:
-    """The webhook app. `config` is the enforcer's configuration (class names, classAccess),
-    read once by the caller; None accepts any well-formed class name."""
+    """The webhook app. `config` is the enforcer's configuration (class names, classAccess,
+    preferenceAccess), read once by the caller; None accepts any well-formed class name and
+    any valid preference."""
     mutator = Mutator(Policy.from_config(config))
     metrics = metrics if metrics is not None else Metrics()
     _warm_up(mutator)

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--config",
         metavar="FILE",
-        help="the enforcer's configuration, to check class names and classAccess",
+        help="the enforcer's configuration, to check class names, classAccess and preferenceAccess",
     )
     serve.add_argument("--log-level", default="info", choices=LEVELS)
 
@@ -99,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "config": args.config,
                 "rdt_classes": sorted(config.configured_classes("rdt")) if config else None,
                 "blockio_classes": sorted(config.configured_classes("blockio")) if config else None,
+                "preference_access": dict(config.preference_access().rules) if config else None,
             }
         },
     )

@@ -8,7 +8,15 @@ from prometheus_client.exposition import generate_latest
 from webhook.admission import Result
 
 OUTCOMES = ("patched", "unchanged", "ignored", "denied", "invalid", "too_large", "error")
-DENIAL_REASONS = ("malformed", "unknown", "forbidden", "preference", "quantity", "internal")
+DENIAL_REASONS = (
+    "malformed",
+    "unknown",
+    "forbidden",
+    "preference",
+    "preference-forbidden",
+    "quantity",
+    "internal",
+)
 # Admission is a sub-millisecond affair; the API server gives up after timeoutSeconds (5).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST

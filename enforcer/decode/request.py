@@ -32,7 +32,10 @@ from resource_contract.classes import (
 )
 from resource_contract.keys import RESOURCES_KEYS
 from resource_contract.preferences import (
+    PreferenceAccess,
     PreferenceError,
+    PreferenceForbidden,
+    check_preference_access,
     resolve_preference,
     validate_preference_annotations,
 )
@@ -110,11 +113,13 @@ class DecodeError(Refusal):
 
 @dataclass(frozen=True)
 class ClassSettings:
-    """What the configuration says about classes; `None` configured means no check."""
+    """What the configuration says about class and preference requests; `None` configured
+    classes means no check, and the default access rules allow everything."""
 
     rdt: Collection[str] | None = None
     blockio: Collection[str] | None = None
     access: ClassAccess = field(default_factory=ClassAccess)
+    preferences: PreferenceAccess = field(default_factory=PreferenceAccess)
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -284,6 +289,10 @@ def decode_container(
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
+    try:
+        check_preference_access(annotations, create.namespace, classes.preferences)
+    except PreferenceForbidden as exc:
+        raise DecodeError(Reason.FORBIDDEN, f"pod {pod}: {exc}") from None
     where = f"pod {pod} container {name}: the CRI request's"
     kubelet_cpus = _kubelet_cpuset(
         res.cpuset_cpus, "cpuset_cpus", machine.cpus if machine else None, "CPU", where

@@ -55,6 +55,7 @@ def class_settings(config: Config) -> ClassSettings:
         rdt=config.configured_classes("rdt"),
         blockio=config.configured_classes("blockio"),
         access=config.class_access(),
+        preferences=config.preference_access(),
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
-from enforcer.policy.model import Admitted, Placement, PoolView
+from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
 from resource_contract.quantities import parse_quantity
@@ -110,6 +110,49 @@ class Policy(ABC):
     def taken(self) -> CPUSet:
         """CPUs held exclusively by some container."""
         return CPUSet().union(*(a.exclusive for a in self.admitted.values()))
+
+    # ----- `cpu.preserve` ----------------------------------------------------------------
+    #
+    # A preserved container keeps the CPUs kubelet asked for, cut to those it may share: never
+    # CPUs exclusive to another container, never reserved CPUs it is not entitled to. Each
+    # policy says which CPUs those are (`preserve_allowed`); the cut follows them as they
+    # change, so a container that later takes exclusive CPUs moves preserved ones off them.
+
+    def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
+        """The CPUs a preserved container may run on now (the policy's shared pool)."""
+        raise NotImplementedError
+
+    def kubelet_cpus(self, request: ContainerRequest) -> CPUSet:
+        """The CPUs kubelet asked for (checked against the machine when decoded), or every
+        available CPU when it set none (an empty cpuset inherits the parent's)."""
+        return request.kubelet_cpus or self.available
+
+    def preserved_cut(self, request: ContainerRequest) -> CPUSet:
+        """Where a preserved container may be admitted: kubelet's CPUs cut to the allowed ones.
+        PlacementError when nothing remains."""
+        wanted = self.kubelet_cpus(request)
+        allowed = self.preserve_allowed(request)
+        cut = wanted & allowed
+        if not cut:
+            raise PlacementError(
+                f"pod {request.namespace}/{request.pod_name} container {request.container}: "
+                f"cpu.preserve keeps kubelet's CPUs {wanted or 'none'}, but none of them is "
+                f"one it may share (the shared CPUs are {allowed or 'none'}; the others are "
+                f"exclusive to other containers, reserved or isolated)"
+            )
+        return cut
+
+    def preserved_cpus(self, request: ContainerRequest) -> CPUSet:
+        """Where an admitted preserved container runs now: kubelet's CPUs cut to the allowed
+        ones; all the allowed ones when others have since taken every CPU of that cut."""
+        allowed = self.preserve_allowed(request)
+        try:
+            wanted = self.kubelet_cpus(request)
+        except PlacementError:  # admitted before kubelet's values were checked
+            wanted = self.available
+        # `allowed` is never empty while the container is admitted (the shared pool always
+        # keeps a CPU); kubelet's own CPUs are only the last resort of an empty cpuset.
+        return wanted & allowed or allowed or wanted
 
     def to_state(self) -> dict[str, Any]:
         return {"policy": self.name, "admitted": [a.to_dict() for a in self.admitted.values()]}

@@ -2,7 +2,8 @@
 
 Guaranteed containers with a whole-CPU request get CPUs of their own, taken along the
 topology, unless they prefer shared CPUs (`prefer-shared-cpus`); every other container runs
-on the shared pool: all available CPUs that nobody holds, reserved ones included.
+on the shared pool: all available CPUs that nobody holds, reserved ones included. A preserved
+container (`cpu.preserve`) keeps the CPUs kubelet asked for that are in the shared pool.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class StaticPolicy(Policy):
     def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
         previous = self.release(request.key)
         if request.preferences.preserve:
+            try:
+                self.preserved_cut(request)
+            except PlacementError:
+                self._readmit(previous)
+                raise
             entry = Admitted(request, "preserved")
         elif (count := request.exclusive_cpus) and not request.preferences.shared:
             entry = Admitted(request, "exclusive", self._take(request, count, keep, previous))
@@ -64,9 +70,7 @@ class StaticPolicy(Policy):
         try:
             return allocate_cpus(self.topology, free, count)
         except NotEnoughCPUs:
-            if previous is not None:
-                self.admitted[request.key] = previous
-                self._shared_pool = None
+            self._readmit(previous)
             raise PlacementError(
                 f"pod {request.namespace}/{request.pod_name} container {request.container}: "
                 f"asked for {count} exclusive CPUs, {len(free)} free"
@@ -74,10 +78,23 @@ class StaticPolicy(Policy):
                 + f"; shared pool {self.shared_pool}, reserved {self.reserved or 'none'}"
             ) from None
 
+    def _readmit(self, previous: Admitted | None) -> None:
+        """A refusal changes nothing: the entry it replaced comes back."""
+        if previous is not None:
+            self.admitted[previous.request.key] = previous
+            self._shared_pool = None
+
+    def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
+        # Like every shared container here, reserved CPUs included (kubelet's static policy).
+        return self.shared_pool
+
     def placement(self, key: str) -> Placement:
         entry = self.admitted[key]
         if entry.kind == "preserved":
-            return Placement(None, None, CPUSet(), "preserved", "none")
-        if entry.kind in ("exclusive", "held"):
-            return Placement(entry.exclusive, None, entry.exclusive, entry.kind, entry.pool)
+            cpus = self.preserved_cpus(entry.request)
+            return Placement(cpus, None, CPUSet(), "preserved", "none")
+        if entry.kind == "exclusive":
+            return Placement(entry.exclusive, None, entry.exclusive, "exclusive", "exclusive")
+        if entry.kind == "held":
+            return Placement(entry.exclusive, None, entry.exclusive, "held", entry.pool)
         return Placement(self.shared_pool, None, CPUSet(), "shared", "shared")

@@ -3,7 +3,10 @@ the hardware (root, sockets, dies, NUMA nodes), with its CPUs and memory nodes a
 
 Eligibility (first match wins):
 
-- `cpu.preserve`: left as kubelet asked (no CPUs, no memory nodes set).
+- `cpu.preserve`: the CPUs kubelet asked for, cut to the root's shared CPUs (plus the reserved
+  CPUs for a container that may have them, see below); memory nodes left as kubelet set them.
+  Refused when the cut leaves nothing; when others later take every CPU of the cut, it runs on
+  all the root's shared CPUs.
 - A pod in `reservedNamespaces`, or `prefer-reserved-cpus: "true"` (the annotation overrides the
   namespace either way): runs on the reserved CPUs. Without reserved CPUs, the rules below apply.
 - Guaranteed with an integer request: exclusive CPUs; a 1-CPU one takes an isolated CPU when it
@@ -243,7 +246,8 @@ class TopologyAwarePolicy(Policy):
         entry = self.admitted[key]
         kind = entry.kind
         if kind == "preserved":
-            placement = Placement(None, None, _EMPTY, "preserved", "none")
+            cpus = self.preserved_cpus(entry.request)
+            placement = Placement(cpus, None, _EMPTY, "preserved", "none")
         elif kind == "reserved":
             placement = Placement(
                 self.reserved, self._pinned(self.reserved), _EMPTY, "reserved", "reserved"
@@ -328,10 +332,7 @@ class TopologyAwarePolicy(Policy):
         milli = request.cpu_request_milli
         if prefs.preserve:
             return Need("preserved")
-        reserved = prefs.reserved
-        if reserved is None:
-            reserved = request.namespace in self.config.reservedNamespaces
-        if reserved and self.reserved:
+        if self._wants_reserved(request) and self.reserved:
             return Need("reserved", milli=milli, memory=memory)
         prefer_shared = prefs.shared
         if prefer_shared is None:
@@ -346,6 +347,19 @@ class TopologyAwarePolicy(Policy):
         if isolated is None:
             isolated = self.config.preferIsolatedCPUs
         return Need("exclusive", exclusive=whole, isolated=whole == 1 and isolated, memory=memory)
+
+    def _wants_reserved(self, request: ContainerRequest) -> bool:
+        """A pod of `reservedNamespaces`, or `prefer-reserved-cpus` (either way)."""
+        reserved = request.preferences.reserved
+        if reserved is None:
+            return request.namespace in self.config.reservedNamespaces
+        return reserved
+
+    def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
+        # The root's shared CPUs (neither reserved, isolated nor exclusively held), and the
+        # reserved CPUs for a container that would run on them without `cpu.preserve`.
+        shared = self._shared(0)
+        return shared | self.reserved if self._wants_reserved(request) else shared
 
     # ----- deciding ------------------------------------------------------------------------
 
@@ -362,6 +376,12 @@ class TopologyAwarePolicy(Policy):
         that is still valid, else a new place. `strict`: None instead of a new place."""
         need = self.need(request)
         if need.kind == "preserved":
+            try:
+                self.preserved_cut(request)
+            except PlacementError:
+                if strict:
+                    return None
+                raise
             return Admitted(request, "preserved", pool="none")
         if need.kind == "reserved":
             return Admitted(request, "reserved", pool="reserved", shared_milli=need.milli)

@@ -337,3 +337,30 @@ def test_init_containers_give_their_cpus_back_before_the_next_container() -> Non
     )
     assert [r["error"] for r in rows] == [None, None]
     assert [len(CPUSet.parse(r["exclusiveCPUs"])) for r in rows] == [2, 2]
+
+
+def test_plan_shows_a_forbidden_preference_and_the_preserved_cut() -> None:
+    # 4 CPUs, CPU 0 reserved, the default preferenceAccess (cpu.preserve: kube-system only).
+    machine = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)
+    preserve = {"cpu.preserve.resource-enforcer.dev/pod": "true"}
+
+    def pod(name: str, namespace: str, resources: dict, annotations: dict) -> dict:
+        return {
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+            "spec": {"containers": [{"name": "app", "image": "busybox", "resources": resources}]},
+        }
+
+    g1 = {"limits": {"cpu": "1", "memory": "64Mi"}}
+    pods = [
+        pod("tenant", "prod", {}, preserve),
+        pod("pinned", "prod", g1, {}),
+        pod("agent", "kube-system", {}, preserve),
+    ]
+    _, rows = plan(parse_config({"policy": {"name": "static", "reservedCPUs": "0"}}), machine, pods)
+    tenant, pinned, agent = rows
+    assert tenant["cpus"] is None and "cpu.preserve.resource-enforcer.dev/pod" in tenant["error"]
+    assert 'namespace "prod"' in tenant["error"] and "kube-system" in tenant["error"]
+    assert pinned["error"] is None and agent["error"] is None
+    assert agent["pool"] == "none" and agent["exclusiveCPUs"] == ""
+    assert CPUSet.parse(agent["cpus"]) == machine.online - CPUSet.parse(pinned["exclusiveCPUs"])

@@ -37,6 +37,7 @@ class PodSpec:
     namespace: str
     isolated: bool | None
     shared: bool | None
+    preserve: bool | None = None  # kubelet asked for no cpuset: every CPU
 
 
 guaranteed = st.builds(
@@ -48,6 +49,7 @@ guaranteed = st.builds(
     namespace=st.sampled_from(["default"] * 9 + ["kube-system"]),
     isolated=st.sampled_from([None, True, False, False]),
     shared=st.sampled_from([None, None, None, True]),
+    preserve=st.sampled_from([None] * 9 + [True]),
 )
 others = st.builds(
     PodSpec,
@@ -58,6 +60,7 @@ others = st.builds(
     namespace=st.sampled_from(["default"] * 9 + ["kube-system"]),
     isolated=st.none(),
     shared=st.none(),
+    preserve=st.sampled_from([None] * 9 + [True]),
 )
 # ("add", spec) or ("remove", which of the live pods, as a fraction of their count)
 operations = st.lists(
@@ -83,7 +86,9 @@ def requests_of(index: int, spec: PodSpec) -> list[ContainerRequest]:
             cpu_limit_milli=spec.milli if spec.qos == "Guaranteed" else 0,
             memory_request=0 if best_effort else spec.memory,
             memory_limit=spec.memory if spec.qos == "Guaranteed" else 0,
-            preferences=Preferences(isolated=spec.isolated, shared=spec.shared),
+            preferences=Preferences(
+                isolated=spec.isolated, shared=spec.shared, preserve=spec.preserve
+            ),
         )
         for c in range(spec.containers)
     ]
@@ -160,6 +165,13 @@ def check_invariants(policy: Policy) -> None:
         if not isinstance(policy, TopologyAwarePolicy):
             continue
         admitted = policy.admitted[key]
+        if p.kind == "preserved":
+            # kubelet's CPUs cut to the root's shared CPUs (and reserved ones only for those
+            # entitled to them); memory nodes left to kubelet.
+            assert p.mems is None and not p.cpus & (topo.isolated - policy.reserved), key
+            entitled = admitted.request.namespace == "kube-system"
+            assert entitled or not p.cpus & policy.reserved, key
+            continue
         assert p.mems == topo.memory_nodes_of_cpus(p.cpus), key  # pinMemory is on
         if p.kind in ("shared", "mixed"):
             if shared_part & policy.reserved:

@@ -268,11 +268,12 @@ def test_prefer_shared_also_covers_whole_cpus(topologies: dict[str, Topology]) -
     assert q.admit(req("isolated", 1000, isolated=True)).exclusive <= CPUSet.parse("4-7,60-63")
 
 
-def test_preserve_leaves_kubelets_pinning() -> None:
+def test_preserve_keeps_kubelets_cpus_cut_to_the_shared_cpus() -> None:
     placed = policy(reservedCPUs="0").admit(req("p", 2000, preserve=True))
+    # kubelet asked for every CPU: all but the reserved one; memory nodes left to kubelet.
     assert (placed.kind, placed.cpus, placed.mems, placed.exclusive) == (
         "preserved",
-        None,
+        MACHINE.online - CPUSet.of(0),
         None,
         CPUSet(),
     )

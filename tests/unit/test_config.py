@@ -39,6 +39,11 @@ blockio:
 classAccess:
   rdt: {gold: ["prod-*"]}
   blockio: {}
+preferenceAccess:
+  cpu.preserve: ["kube-system"]
+  prefer-reserved-cpus: ["kube-system", "monitoring"]
+  prefer-isolated-cpus: ["rt-*"]
+  prefer-shared-cpus: ["*"]
 metrics:
   address: "127.0.0.1:8891"
 """
@@ -54,6 +59,11 @@ def test_full_example_is_accepted(tmp_path: Path) -> None:
     assert config.configured_classes("blockio") == {"throttled"}
     assert config.class_access().allows("rdt", "gold", "prod-a")
     assert not config.class_access().allows("rdt", "gold", "dev")
+    access = config.preference_access()
+    assert access.allows("prefer-reserved-cpus", "monitoring")
+    assert access.allows("prefer-isolated-cpus", "rt-audio")
+    assert not access.allows("prefer-isolated-cpus", "web")
+    assert not access.allows("cpu.preserve", "monitoring")
 
 
 def test_empty_file_means_policy_none() -> None:
@@ -78,6 +88,18 @@ def test_empty_file_means_policy_none() -> None:
         ({"blockio": {"Classes": {"x": [{"Weigth": 10}]}}}, "blockio.Classes.x.0.Weigth"),
         ({"classAccess": {"rdt": {"gold": ["a"]}}}, "classAccess.rdt.gold: no rdt class"),
         ({"classAccess": {"net": {}}}, "classAccess.net"),
+        (
+            {"preferenceAccess": {"prefer-bogus-cpus": ["*"]}},
+            "preferenceAccess.prefer-bogus-cpus: Extra inputs are not permitted",
+        ),
+        (
+            # Only the annotations' own spelling: a Python-style name is an unknown key too.
+            {"preferenceAccess": {"cpu_preserve": ["*"]}},
+            "preferenceAccess.cpu_preserve: Extra inputs are not permitted",
+        ),
+        ({"preferenceAccess": {"cpu.preserve": "kube-system"}}, "preferenceAccess.cpu.preserve: "),
+        ({"preferenceAccess": {"prefer-shared-cpus": [7]}}, "preferenceAccess.prefer-shared-cpus"),
+        ({"preferenceAccess": ["cpu.preserve"]}, "preferenceAccess: "),
         ([1, 2], "(top level): must be a mapping"),
     ],
 )

@@ -19,6 +19,7 @@ from enforcer.decode import (
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
 from resource_contract.classes import ClassAccess
+from resource_contract.config import parse_config
 from tests.support.kubelet import container_config_for, sandbox_config_for
 
 UID = "0b5c9c5e-1111-4a4a-9c9c-123456789abc"
@@ -190,6 +191,25 @@ def test_qos_default_class_and_preferences() -> None:
     assert got.rdt_class == "Guaranteed" and got.blockio_class is None
     assert got.preferences.preserve is True and got.preferences.isolated is False
     assert got.preferences.shared is None
+
+
+def test_preference_the_namespace_may_not_use_is_forbidden() -> None:
+    config = parse_config({"policy": {"reservedNamespaces": ["kube-system"]}})
+    settings = ClassSettings(preferences=config.preference_access())
+    key = "cpu.preserve.resource-enforcer.dev/container.app"
+    manifest = pod({"limits": G2}, {key: "true"})  # namespace "prod"
+    with pytest.raises(DecodeError) as err:
+        decode(request(manifest), classes=settings)
+    assert err.value.reason == Reason.FORBIDDEN
+    message = str(err.value)
+    assert "prod/web" in message and f'"{key}"' in message and '"prod"' in message
+    assert "kube-system" in message
+    # Declining asks for nothing; the same request from a reserved namespace is allowed.
+    manifest["metadata"]["annotations"][key] = "false"
+    assert decode(request(manifest), classes=settings).preferences.preserve is False
+    manifest["metadata"]["annotations"][key] = "true"
+    manifest["metadata"]["namespace"] = "kube-system"
+    assert decode(request(manifest), classes=settings).preferences.preserve is True
 
 
 def test_missing_container_name_is_refused() -> None:

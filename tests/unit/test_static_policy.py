@@ -110,9 +110,12 @@ def test_without_reserved_cpus_one_cpu_stays_shared() -> None:
     assert len(policy.shared_pool) == 1
 
 
-def test_preserve_leaves_kubelets_pinning() -> None:
-    placement = static(reservedCPUs=1).admit(req("p", 2000, preserve=True))
-    assert placement.kind == "preserved" and placement.cpus is None and not placement.exclusive
+def test_preserve_keeps_kubelets_cpus_cut_to_the_shared_pool() -> None:
+    policy = static(reservedCPUs=1)
+    placement = policy.admit(req("p", 2000, preserve=True))
+    # kubelet asked for no cpuset (every CPU): all of the shared pool, reserved CPUs included.
+    assert placement.kind == "preserved" and not placement.exclusive
+    assert placement.cpus == policy.shared_pool == MACHINE.online and placement.mems is None
 
 
 def test_kubelets_checked_cpusets_survive_the_saved_state() -> None:

@@ -437,6 +437,45 @@ def test_preference_values_other_than_true_false_are_denied(
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "allowed_in", "globs"),
+    [
+        ("cpu.preserve.resource-enforcer.dev/container.app", "kube-system", "kube-system"),
+        ("cpu.preserve.resource-policy.nri.io/pod", "kube-system", "kube-system"),
+        ("prefer-reserved-cpus.cri-resource-manager.intel.com/pod", "kube-system", "kube-system"),
+        # The container named in the key need not be in the pod: the request is still refused.
+        ("prefer-reserved-cpus.resource-enforcer.dev/container.typo", "kube-system", "kube-system"),
+        ("prefer-isolated-cpus.resource-enforcer.dev/container.app", "rt-audio", "rt-*"),
+    ],
+)
+def test_preference_the_namespace_may_not_use_is_forbidden(
+    key: str, allowed_in: str, globs: str
+) -> None:
+    p = pod([container("app")], annotations={key: "true"})
+    denial = deny(p, CONFIGURED, namespace="shop")
+    assert (denial.code, denial.reason) == (403, "preference-forbidden")
+    assert f'"{key}"' in denial.message and '"shop"' in denial.message
+    assert f"allowed namespaces: {globs}" in denial.message
+    assert RESOURCES_KEY in run(p, CONFIGURED, namespace=allowed_in)["metadata"]["annotations"]
+    # "false" asks for nothing: allowed in every namespace.
+    declined = pod([container("app")], annotations={key: "false"})
+    assert RESOURCES_KEY in run(declined, CONFIGURED, namespace="shop")["metadata"]["annotations"]
+    # Without the configuration the webhook cannot know the rules: the enforcer checks them.
+    assert RESOURCES_KEY in run(p, OPEN, namespace="shop")["metadata"]["annotations"]
+
+
+def test_preference_open_to_every_namespace_by_default_is_allowed() -> None:
+    p = pod(
+        [container("app")], annotations={"prefer-shared-cpus.resource-enforcer.dev/pod": "true"}
+    )
+    assert RESOURCES_KEY in run(p, CONFIGURED, namespace="shop")["metadata"]["annotations"]
+
+
+def test_bad_preference_value_is_denied_before_access_is_checked() -> None:
+    p = pod([container("app")], annotations={"cpu.preserve.resource-enforcer.dev/pod": "yes"})
+    assert deny(p, CONFIGURED, namespace="shop").reason == "preference"
+
+
 @pytest.mark.parametrize("bad", ["1.5.3", "abc", "1Zi", "--1", "NaN", "Infinity", " 1"])
 def test_bad_quantity_is_denied(bad: str) -> None:
     denial = deny(pod([container("app", {"ephemeral-storage": bad})]))

@@ -221,6 +221,43 @@ def test_denial_over_tls(server: WebhookServer, certs: Path, client: str) -> Non
     )
 
 
+@pytest.mark.parametrize("client", POSTERS)
+def test_forbidden_preference_is_denied_over_tls(
+    server: WebhookServer, certs: Path, client: str
+) -> None:
+    key = "cpu.preserve.resource-enforcer.dev/container.app"
+    p = pod([container("app")], annotations={key: "true"}, namespace="shop")
+    status, out = POSTERS[client](server, certs / "ca.crt", review(p, namespace="shop"), "/mutate")
+    assert status == 200 and out["response"]["allowed"] is False
+    assert out["response"]["status"]["code"] == 403
+    message = out["response"]["status"]["message"]
+    assert f'"{key}"' in message and '"shop"' in message and "kube-system" in message
+    # The same pod in a reserved namespace, and a declining one anywhere, are admitted.
+    system = pod([container("app")], annotations={key: "true"}, namespace="kube-system")
+    status, out = POSTERS[client](server, certs / "ca.crt", review(system, namespace="kube-system"))
+    assert status == 200 and out["response"]["allowed"] is True
+    declined = pod([container("app")], annotations={key: "false"}, namespace="shop")
+    status, out = POSTERS[client](server, certs / "ca.crt", review(declined, namespace="shop"))
+    assert status == 200 and out["response"]["allowed"] is True
+
+
+def test_forbidden_preference_is_counted_and_logged(
+    server: WebhookServer, client: httpx.Client
+) -> None:
+    series = 'resource_webhook_denials_total{reason="preference-forbidden"}'
+    before = _value(client.get("/metrics").text, series)
+    key = "prefer-isolated-cpus.resource-policy.nri.io/pod"
+    p = pod([container("app")], annotations={key: "true"}, name="forbidden-pref", namespace="web")
+    out = client.post("/mutate", content=body(review(p, namespace="web"))).json()
+    assert (
+        out["response"]["status"]["code"] == 403 and "rt-*" in out["response"]["status"]["message"]
+    )
+    assert _value(client.get("/metrics").text, series) == before + 1
+    records = [r for r in server.log_records() if r.get("pod") == "forbidden-pref"]
+    assert records and records[-1]["reason"] == "preference-forbidden"
+    assert key in records[-1]["message"]
+
+
 def test_without_config_any_well_formed_class_goes(plain_client: httpx.Client) -> None:
     p = pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/pod": "platinum"})
     out = plain_client.post("/mutate", content=body(review(p))).json()

@@ -24,7 +24,9 @@ PODS = {"group": "", "version": "v1", "resource": "pods"}
 BIN = Path(sys.executable).parent
 
 # The enforcer's configuration as the tests' webhook sees it: RDT gold/silver plus classes
-# named after two QoS classes, block I/O throttled/fast, gold and fast limited by namespace.
+# named after two QoS classes, block I/O throttled/fast, gold and fast limited by namespace;
+# isolated CPUs only for rt-* namespaces, cpu.preserve and prefer-reserved-cpus by default only
+# for the reserved namespaces (kube-system).
 CONFIG_YAML = """\
 rdt:
   partitions:
@@ -46,6 +48,8 @@ classAccess:
     gold: ["prod-*", "shop"]
   blockio:
     fast: ["prod-*"]
+preferenceAccess:
+  prefer-isolated-cpus: ["rt-*"]
 """
 
 
