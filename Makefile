@@ -20,7 +20,9 @@ install: $(STAMP)
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 test: system-deps install lint
 	$(BIN)/pytest -q

@@ -260,12 +260,24 @@ def test_relay_credits_the_clients_data(client: Callable[..., Peer]) -> None:
     peer.send(fr.settings_frame({Setting.INITIAL_WINDOW_SIZE: 1 << 30}))
     sent = 0
     updates = 0
+    window = STREAM_WINDOW  # what the relay lets us send on the stream before it credits more
     while sent < len(message):
         chunk = message[sent : sent + 16384]
+        # A client that respects flow control waits for the relay's credit (on a loaded
+        # machine the relay may be slower than this loop).
+        while window < len(chunk):
+            f = peer.next_frame(timeout=20)
+            assert f is not None, "the relay never credited the stream"
+            if f[0] == fr.WINDOW_UPDATE and f[2] == 1:
+                updates += 1
+                window += int.from_bytes(f[3][:4], "big") & 0x7FFFFFFF
         sent += len(chunk)
+        window -= len(chunk)
         peer.data(1, chunk, end=sent == len(message))
         while (f := peer.next_frame(0)) is not None:
-            updates += f[0] == fr.WINDOW_UPDATE and f[2] == 1
+            if f[0] == fr.WINDOW_UPDATE and f[2] == 1:
+                updates += 1
+                window += int.from_bytes(f[3][:4], "big") & 0x7FFFFFFF
     frames = peer.frames_until(lambda f: f[2] == 1 and f[1] & fr.FLAG_END_STREAM, timeout=20)
     updates += sum(1 for f in frames if f[0] == fr.WINDOW_UPDATE and f[2] == 1)
     assert updates >= 1

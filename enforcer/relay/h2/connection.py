@@ -119,7 +119,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
 
     def _start(self) -> None:
         """Our side of the connection preface: SETTINGS and the connection window."""
-        settings = {Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW}
+        settings: dict[int, int] = {Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW}
         settings.update(self._extra_settings())
         self.emit(settings_frame(settings))
         self.emit(window_update_frame(0, CONN_WINDOW - DEFAULT_WINDOW))

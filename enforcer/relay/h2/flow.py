@@ -29,7 +29,6 @@ from enforcer.relay.h2.hpack import Encoder, HeaderList
 from enforcer.relay.h2.intercept import Observer
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.connection import _Endpoint
     from enforcer.relay.h2.streams import _Half
 
 # Receive windows we advertise. Large, so that neither kubelet nor containerd ever waits on us
@@ -49,7 +48,7 @@ class _FlowControl:
 
     # Set by ``_Endpoint.__init__``.
     _out: list[bytes | memoryview]
-    _dirty: list[_Endpoint]
+    _dirty: list[_FlowControl]  # connections with frames to write out
     _blocked: dict[_Half, None]
     streams: dict[int, _Half]
     send_window: int
@@ -62,6 +61,8 @@ class _FlowControl:
         def emit(self, data: bytes | memoryview) -> None: ...
 
         def _ended_local(self, h: _Half) -> None: ...
+
+        def write_out(self) -> None: ...
 
     def _adjust_windows(self, delta: int) -> None:
         for h in list(self.streams.values()):
@@ -79,10 +80,10 @@ class _FlowControl:
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
                 raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
-            for h in list(self._blocked):
+            for blocked in list(self._blocked):
                 if self.send_window <= 0:
                     break
-                self._drain(h)
+                self._drain(blocked)
             return
         h = self.streams.get(sid)
         if not increment:

@@ -13,10 +13,11 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
+from typing import Any
 
-from enforcer.relay.h2.connection import _Endpoint
 from enforcer.relay.h2.downstream import _Downstream
+from enforcer.relay.h2.flow import _FlowControl
 from enforcer.relay.h2.intercept import Interceptor, Observer, Route, TapFactory
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class RelayServer:
         self.observer = observer
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
-        self._dirty: list[_Endpoint] = []
+        self._dirty: list[_FlowControl] = []
         self._read_view = memoryview(bytearray(READ_BUFFER))
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
@@ -71,8 +72,8 @@ class RelayServer:
         while dirty:
             dirty.pop().write_out()
 
-    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import grpc
 
@@ -47,6 +47,7 @@ from enforcer.relay.h2.intercept import (
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
     from enforcer.relay.h2.connection import _Endpoint
+    from enforcer.relay.h2.downstream import _Downstream
     from enforcer.relay.h2.server import RelayServer
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ class _Stream:
 
     async def _intercept(self, call: Call) -> None:
         icpt = self.icpt
-        assert icpt is not None
+        assert icpt is not None and icpt.interceptor is not None  # taps are never run
         try:
             decision = await icpt.interceptor(call)
             if not isinstance(decision, (Forward, Refuse)):
@@ -346,7 +347,8 @@ class _Stream:
             self.mode = _PASS
         message = decision.message
         down = self.down
-        if not down.conn.open_upstream(self, headers, False):
+        # The downstream half is always on the connection from kubelet.
+        if not cast("_Downstream", down.conn).open_upstream(self, headers, False):
             return
         up = self.up
         assert up is not None
