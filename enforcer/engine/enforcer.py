@@ -94,6 +94,8 @@ class Enforcer:
         self.repin_failed = False  # a re-pin the runtime refused: retried by `maintain`
         self._vanished = False  # a re-pin found its container gone: the pools move again
         self._repinning = False
+        # Live containers whose creation the runtime did not record: not asked about again.
+        self._unadoptable: set[str] = set()
         self._verified_at = clock()
 
     @property
@@ -324,10 +326,22 @@ class Enforcer:
                 found.append(entry)
         return found
 
+    def _strangers(self, containers: Iterable[LiveContainer]) -> list[LiveContainer]:
+        """Live kubelet containers of a listing whose pod and name the registry does not know
+        (one being created, or of unknown outcome, is known: `created` or `resolve` binds it)
+        and that were not found unadoptable before."""
+        return [
+            c
+            for c in containers
+            if c.key
+            and not c.exited
+            and c.key not in self.registry
+            and c.id not in self._unadoptable
+        ]
+
     def unknown(self, containers: Iterable[LiveContainer]) -> bool:
-        """Whether a complete listing shows live containers the registry has no id for."""
-        ids = {e.container_id for e in self.registry.entries.values()}
-        return any(c.key and not c.exited and c.id not in ids for c in containers)
+        """Whether a complete listing shows live containers to adopt. Reads only (see `gone`)."""
+        return bool(self._strangers(containers))
 
     def observed(
         self, containers: Iterable[LiveContainer], *, complete: bool, asked_at: int
@@ -341,11 +355,10 @@ class Enforcer:
         if not complete:
             return
         self.resolve(containers)
-        known = {e.container_id for e in self.registry.entries.values()}
-        adopted = [c for c in containers if c.key and not c.exited and c.id not in known]
-        for container in adopted:
+        strangers = self._strangers(containers)
+        for container in strangers:
             self._adopt(container)
-        if adopted:
+        if strangers:
             self.repin()
 
     def update(
@@ -403,8 +416,12 @@ class Enforcer:
                             why,
                         )
         except StateWriteFailed as exc:
-            # Rolled back: the CPUs stay held, which is safe; the next listing releases them.
+            # Rolled back: the CPUs stay held, which is safe. A listing releases those it shows
+            # gone; those the runtime never gave an id are left to `resolve`.
             log.error("%s; the release of %d containers waits", exc, len(entries))
+            for entry in entries:
+                if entry.container_id is None and entry.key in self.registry:
+                    self.registry.touch(entry.key, phase=Phase.UNKNOWN, unknown_since=self.clock())
             return
         self._count()
         if repin:
@@ -615,6 +632,9 @@ class Enforcer:
             return
         if recorded is None:
             log.warning("container %s has no recorded configuration; not tracked", container.id)
+            if len(self._unadoptable) >= 4096:  # bounded: forget the oldest guesses
+                self._unadoptable.clear()
+            self._unadoptable.add(container.id)
             return
         try:
             wanted = self._decode(recorded.create)

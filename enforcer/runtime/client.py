@@ -47,7 +47,8 @@ def live_container(c: api_pb2.Container) -> LiveContainer:
         sandbox_id=c.pod_sandbox_id,
         key=f"{uid}/{c.metadata.name}" if uid else None,
         running=c.state == api_pb2.CONTAINER_RUNNING,
-        exited=c.state not in (api_pb2.CONTAINER_CREATED, api_pb2.CONTAINER_RUNNING),
+        # CONTAINER_UNKNOWN is not exited: the runtime lost sight of it, it may still run.
+        exited=c.state == api_pb2.CONTAINER_EXITED,
     )
 
 

@@ -468,3 +468,21 @@ def test_a_reconfiguration_whose_state_cannot_be_written_changes_nothing(
         e.reconfigure(parse_config({"policy": {"name": "static", "reservedCPUs": before}}))
     assert e.config is CONFIG and runtime.cpus[holder] == before
     assert str(e.policy.placement(e.registry.by_container(holder).key).exclusive) == before  # type: ignore[union-attr]
+
+
+def test_a_refused_creation_whose_release_cannot_be_written_is_released_later(
+    tmp_path: Path,
+) -> None:
+    runtime = StandInRuntime()
+    clock = Clock()
+    e = enforcer(tmp_path, runtime, clock=clock)
+    key, _ = admit(e, "refused", guaranteed("1"))
+    store = e.registry.store
+    assert isinstance(store, FailingStore)
+    store.fail = OSError(28, "No space left on device")
+    e.create_failed(key, uncertain=False, details="image not found")
+    assert key in e.policy.admitted  # the release could not be written: still held
+    store.fail = None
+    clock.now += 11
+    e.maintain()
+    assert key not in e.policy.admitted and not e.policy.taken
