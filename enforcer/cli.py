@@ -33,6 +33,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="empty: no metrics endpoint",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--grace-period",
+        default=d.grace_period,
+        type=_seconds,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long calls in flight may take to finish "
+        "(default: %(default)g)",
+    )
     cluster = p.add_argument_group(
         "configuration from the cluster",
         "ConfigMaps resource-enforcer-config.node.<node>, .group.<group>, .default "
@@ -78,6 +86,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run the relay in a child process and start it again if it dies",
     )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more seconds")
+    return value
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:
@@ -155,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubeconfig=args.kubeconfig,
             fallback_link=args.fallback_link,
             health_file=args.health_file,
+            grace_period=args.grace_period,
         )
         # Only `run` pays for the daemon's imports (grpc, protobuf, prometheus_client: ~0.5 s).
         from enforcer.app.run import run

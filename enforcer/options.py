@@ -31,3 +31,6 @@ class RunOptions:
     # DaemonSet's probes read it, because with hostNetwork a port would answer for whichever
     # enforcer holds it during an update.
     health_file: str | None = None
+    # SIGTERM/SIGINT: how long calls in flight may take to finish before they are cut (a
+    # StopContainer lasts as long as the pod's termination grace period, 30 s by default).
+    grace_period: float = 30.0

@@ -44,7 +44,6 @@ log = logging.getLogger("enforcer")
 
 IMAGE_SERVICE = "/runtime.v1.ImageService/"
 RECONCILE_RETRY_SECONDS = 2.0
-STOP_GRACE_SECONDS = 10.0
 SUCCESSOR_POLL_SECONDS = 0.5
 
 
@@ -208,14 +207,14 @@ async def run(options: RunOptions) -> int:
     if handed_over:
         log.info("a newer enforcer listens on %s: handing over to it", relay_socket)
     else:
-        log.info("stopping: finishing calls in flight")
+        log.info("stopping: finishing calls in flight (for up to %gs)", options.grace_period)
     manager.closed = True  # no configuration is applied from here on
     for task in tasks:
         task.cancel()
     lock.abandon()  # when still waiting to take over: stop waiting
     if source is not None:
         await asyncio.to_thread(source.stop)
-    await server.close(STOP_GRACE_SECONDS)
+    await server.close(options.grace_period)
     try:
         await service.run(enforcer.persist)
     except StateWriteFailed as exc:

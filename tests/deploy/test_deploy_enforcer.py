@@ -261,6 +261,16 @@ def test_host_paths_match_the_command_line(pod: dict[str, Any], container: dict[
     assert args.cluster_config == "on" and args.fallback_link is True
 
 
+def test_kubelet_waits_for_the_enforcers_graceful_stop(
+    pod: dict[str, Any], container: dict[str, Any]
+) -> None:
+    # kubelet's SIGKILL comes terminationGracePeriodSeconds after its SIGTERM: by then the
+    # calls in flight must have had their --grace-period, and the state must be saved.
+    grace = run_args(container).grace_period
+    assert grace >= 30  # a StopContainer lasts as long as a pod's grace period (30 s default)
+    assert pod["terminationGracePeriodSeconds"] >= grace + 10
+
+
 def test_privileges_are_kept_to_what_is_needed(container: dict[str, Any]) -> None:
     security = container["securityContext"]
     assert security["privileged"] is False
