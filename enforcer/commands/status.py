@@ -6,10 +6,10 @@ import sys
 
 from enforcer.engine import Entry, views_of
 from enforcer.policy import make_policy
-from enforcer.state import StateError, StateStore
+from enforcer.state import StateError, StateStore, check_saved
 from enforcer.topology import Topology
 from enforcer.views import placements_report
-from resource_contract.config import PolicyConfig
+from resource_contract.config import ConfigError, PolicyConfig
 
 
 def status(state_dir: str) -> int:
@@ -28,10 +28,23 @@ def status(state_dir: str) -> int:
             file=sys.stderr,
         )
         return 1
-    topology = Topology.from_dict(saved["topology"])
-    policy = make_policy(topology, PolicyConfig.model_validate(saved.get("policyConfig", {})))
-    policy.restore(saved.get("policy", {}))
-    entries = [Entry.from_dict(e) for e in saved.get("containers", [])]
+    checked = check_saved(saved, read_container=Entry.from_dict, paired=False)
+    for damage in checked.damage:
+        print(f"warning: state file {store.path}: {damage}", file=sys.stderr)
+    if checked.dropped:
+        print(f"warning: not shown: {checked.lost}", file=sys.stderr)
+    try:
+        topology = Topology.from_dict(saved["topology"])
+        policy = make_policy(topology, PolicyConfig.model_validate(saved.get("policyConfig", {})))
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        print(
+            f"cannot use the state: {store.path}: its topology or policy configuration is "
+            f"damaged ({type(exc).__name__}: {exc})".replace("\n", " "),
+            file=sys.stderr,
+        )
+        return 1
+    policy.restore(checked.policy)
+    entries = [Entry.from_dict(e) for e in checked.containers]
     rows = views_of(policy, {e.key: e for e in entries})
     print(f"policy {policy.name}; {topology.describe()}")
     print(

@@ -11,6 +11,7 @@ registry and the state file change in one order and need no locks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,7 +35,7 @@ from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.refusal import Reason, Refusal
-from enforcer.state import StateStore
+from enforcer.state import StateStore, check_saved
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
 
@@ -573,20 +574,29 @@ class Enforcer:
         while the runtime cannot be asked which containers are still alive."""
         store = self.registry.store
         saved = store.load() if store is not None else None
-        if saved is None:
+        if store is None or saved is None:
             return
+        # Entry by entry: a damaged one costs itself, and the log says what was lost.
+        checked = check_saved(saved, read_container=Entry.from_dict)
+        if checked.damage:
+            store.move_aside("; ".join(checked.damage), checked.lost)
         try:
-            problems = self.registry.restore(saved)
+            problems = self.registry.restore(
+                {**saved, "policy": checked.policy, "containers": checked.containers}
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            # Readable JSON of the wrong shape (another version's): treated as corrupt.
-            if store is not None:
-                store.move_aside(f"unexpected content: {exc!r}")
+            # Missed by the checks: treated as corrupt as a whole.
+            if not checked.damage:
+                store.move_aside(f"unexpected content ({exc!r})", "all of it")
             self.registry = Registry(
                 make_policy(self.topology, self.config.policy), store, self._header
             )
             return
         for problem in problems:
             log.warning("after the restart, cannot place %s", problem)
+        if checked.damage:
+            with contextlib.suppress(StateWriteFailed):  # the store says why
+                self.persist()  # the repaired state, before anything else can be lost
 
     def reconcile(self) -> None:
         """Brings the registry in line with the runtime: after a restart, a crash or a lost

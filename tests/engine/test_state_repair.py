@@ -1,0 +1,310 @@
+"""Damaged state files, kind by kind: each repair is logged with the file, what was wrong and
+what was dropped; the damaged file is kept aside; the sound entries survive; the enforcer
+comes up (restores and reconciles). Also what `status` makes of the same files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enforcer.commands.status import status
+from enforcer.configuration import parse_config
+from enforcer.cri import api_pb2
+from enforcer.cri.convert import container_create
+from enforcer.decode import ContainerCreate
+from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded
+from enforcer.state import StateStore
+from enforcer.topology import Topology
+from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.pods import guaranteed, manifest, sleeper
+
+MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
+CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
+NAMES = ("first", "second", "third")  # two exclusive containers and a shared one
+
+
+class Runtime:
+    """The engine's runtime port as restore and reconciliation use it: these containers run,
+    and nothing about them is recorded (a dropped entry's container is not adopted here)."""
+
+    def __init__(self) -> None:
+        self.containers: dict[str, LiveContainer] = {}
+
+    def list_containers(self) -> list[LiveContainer]:
+        return list(self.containers.values())
+
+    def repin(
+        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
+    ) -> Mapping[str, Any]:
+        return resources
+
+    def recorded(self, container: LiveContainer) -> Recorded | None:
+        return None
+
+
+def create_of(name: str, resources: dict | None = None) -> ContainerCreate:
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+    pod = manifest(name, sleeper(resources=resources))
+    request = api_pb2.CreateContainerRequest(
+        pod_sandbox_id=f"sandbox-{name}",
+        config=container_config_for(
+            pod, pod["spec"]["containers"][0], uid, memory_capacity=1 << 34
+        ),
+        sandbox_config=sandbox_config_for(pod, uid),
+    )
+    return container_create(request)
+
+
+def make(folder: Path, runtime: Runtime, store: StateStore | None = None) -> Enforcer:
+    store = store or StateStore(folder)
+    store.ensure_dir()
+    e = Enforcer(topology=MACHINE, config=CONFIG, store=store, runtime=runtime)
+    return e
+
+
+def admit(e: Enforcer, name: str, resources: dict | None = None) -> str:
+    return e.create(create_of(name, resources), sandbox_id=f"sandbox-{name}", resources={})[0]
+
+
+def create(e: Enforcer, runtime: Runtime, name: str, resources: dict | None = None) -> None:
+    key = admit(e, name, resources)
+    cid = f"cid-{name}"
+    runtime.containers[cid] = LiveContainer(cid, f"sandbox-{name}", key, running=True, exited=False)
+    e.created(key, cid)
+    e.started(cid)
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, Runtime]:
+    """A state folder holding three containers, and the runtime they run in."""
+    runtime = Runtime()
+    e = make(tmp_path / "state", runtime)
+    e.reconciled = True
+    create(e, runtime, "first", guaranteed("1"))
+    create(e, runtime, "second", guaranteed("1"))
+    create(e, runtime, "third")
+    e.persist()
+    return tmp_path / "state", runtime
+
+
+State = dict[str, Any]
+
+
+def edit(change: Callable[[State], object]) -> Callable[[Path], None]:
+    def damage(path: Path) -> None:
+        state = json.loads(path.read_text())
+        change(state)
+        path.write_text(json.dumps(state))
+
+    return damage
+
+
+def raw(data: bytes | Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    def damage(path: Path) -> None:
+        path.write_bytes(data(path.read_bytes()) if callable(data) else data)
+
+    return damage
+
+
+def admitted(state: State, i: int) -> dict[str, Any]:
+    return state["policy"]["admitted"][i]
+
+
+def setitem(mapping: Any, key: Any, value: Any) -> None:
+    mapping[key] = value
+
+
+# (damage, what the log line says was wrong, what it says was dropped, who is still admitted)
+KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
+    "zero-bytes": (raw(b""), "it is empty (0 bytes)", "all of it", ()),
+    "truncated": (raw(lambda b: b[: len(b) // 2]), "it is not JSON", "all of it", ()),
+    "not-utf8": (raw(b"\xff\xfe{}"), "it is not JSON", "all of it", ()),
+    "top-level-array": (raw(b"[]"), "it holds a JSON array, not an object", "all of it", ()),
+    "other-version": (
+        edit(lambda s: setitem(s, "version", 2)),
+        "it has version 2, not version 1",
+        "all of it",
+        (),
+    ),
+    "policy-missing": (
+        edit(lambda s: s.pop("policy")),
+        "'policy' is missing or null, not an object",
+        "3 of 3 entries",
+        (),
+    ),
+    "containers-missing": (
+        edit(lambda s: s.pop("containers")),
+        "'containers' is missing or null, not an array",
+        "3 of 3 entries",
+        (),
+    ),
+    "admitted-not-an-array": (
+        edit(lambda s: setitem(s["policy"], "admitted", {})),
+        "'policy.admitted' is {}, not an array",
+        "3 of 3 entries",
+        (),
+    ),
+    "entry-not-an-object": (
+        edit(lambda s: setitem(s["policy"]["admitted"], 1, 42)),
+        "policy entry 2: it is 42, not an object",
+        "2 of 6 entries",
+        ("first", "third"),
+    ),
+    "wrong-type-inside": (
+        edit(lambda s: setitem(admitted(s, 1)["request"], "cpu_request_milli", "two")),
+        "policy entry 2 (e2e/second/app): request.cpu_request_milli is 'two', not an integer",
+        "2 of 6 entries",
+        ("first", "third"),
+    ),
+    "field-missing": (
+        edit(lambda s: admitted(s, 0)["request"].pop("pod_uid")),
+        "policy entry 1 (e2e/first/app): cannot be read (TypeError: ",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "unknown-field": (
+        edit(lambda s: setitem(admitted(s, 2)["request"], "colour", "red")),
+        "policy entry 3 (e2e/third/app): cannot be read (TypeError: ",
+        "2 of 6 entries",
+        ("first", "second"),
+    ),
+    "bad-cpu-list": (
+        edit(lambda s: setitem(admitted(s, 0), "exclusive", "1-x")),
+        "cannot be read (ValueError: invalid CPU list '1-x'",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "bad-kind": (
+        edit(lambda s: setitem(admitted(s, 0), "kind", "greedy")),
+        "kind is 'greedy', not 'exclusive' or",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "cpus-held-twice": (
+        edit(lambda s: setitem(admitted(s, 1), "exclusive", admitted(s, 0)["exclusive"])),
+        "its exclusive CPUs (1) are held by policy entry 1 (e2e/first/app)",
+        "2 of 6 entries",
+        ("first", "third"),
+    ),
+    "duplicate-entry": (
+        edit(lambda s: s["policy"]["admitted"].append(copy.deepcopy(admitted(s, 0)))),
+        "policy entry 4 (e2e/first/app): a second entry for",
+        "1 of 7 entries",
+        NAMES,
+    ),
+    "container-wrong-type": (
+        edit(lambda s: setitem(s["containers"][1], "container_id", 5)),
+        "container_id is 5, not a string or null",
+        "2 of 6 entries",
+        ("first", "third"),
+    ),
+    "container-bad-phase": (
+        edit(lambda s: setitem(s["containers"][0], "phase", "sleeping")),
+        "container entry 1 (",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "container-key-missing": (
+        edit(lambda s: s["containers"][2].pop("key")),
+        "container entry 3: cannot be read (TypeError",
+        "2 of 6 entries",
+        ("first", "second"),
+    ),
+    "container-without-policy-entry": (
+        edit(lambda s: s["containers"].append({**s["containers"][0], "key": "gone/app"})),
+        "container entry 4 (gone/app): no sound policy entry has its key",
+        "1 of 7 entries",
+        NAMES,
+    ),
+    "unknown-policy-name": (
+        edit(lambda s: setitem(s["policy"], "policy", "greedy")),
+        "it names the policy 'greedy', which is unknown",
+        "nothing",
+        NAMES,
+    ),
+    "topology-missing": (
+        edit(lambda s: s.pop("topology")),
+        "'topology' is missing or null, not an object",
+        "nothing",
+        NAMES,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_repair_says_what_was_wrong_and_what_was_dropped(
+    kind: str, saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    folder, runtime = saved
+    damage, wrong, dropped, kept = KINDS[kind]
+    path = folder / "state.json"
+    before = {
+        a["request"]["pod_name"]: a for a in json.loads(path.read_text())["policy"]["admitted"]
+    }
+    damage(path)
+    e = make(folder, runtime)
+    with caplog.at_level(logging.WARNING):
+        e.restore_saved()
+    (line,) = [r.getMessage() for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert line.startswith(f"state file {path} is corrupt: ")
+    assert wrong in line and f"dropped {dropped}" in line and f"moved it to {path}.corrupt-" in line
+    assert len(list(folder.glob("state.json.corrupt-*"))) == 1
+    # The sound entries survive, with the CPUs they held.
+    survivors = {a.request.pod_name: a for a in e.policy.admitted.values()}
+    assert set(survivors) == set(kept)
+    for name in kept:
+        assert str(survivors[name].exclusive) == before[name]["exclusive"]
+    assert set(e.registry.entries) == set(e.policy.admitted)
+    # The enforcer comes up: reconciliation runs, and the state file is whole again.
+    e.reconcile()
+    again = make(folder, runtime)
+    caplog.clear()
+    again.restore_saved()
+    assert not [r for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert set(again.policy.admitted) == set(e.policy.admitted)
+
+
+def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
+    saved: tuple[Path, Runtime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _ = saved
+    path = folder / "state.json"
+    edit(lambda s: setitem(admitted(s, 1)["request"], "cpu_request_milli", "two"))(path)
+    assert status(str(folder)) == 0
+    out = capsys.readouterr()
+    assert f"warning: state file {path}: policy entry 2 (e2e/second/app)" in out.err
+    assert "not shown: 2 of 6 entries" in out.err
+    assert " first " in out.out and " second " not in out.out
+    assert path.exists() and not list(folder.glob("state.json.corrupt-*"))  # never moved
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (edit(lambda s: s.pop("topology")), "its topology or policy configuration is damaged"),
+        (
+            edit(lambda s: setitem(s, "policyConfig", {"name": "greedy"})),
+            "its topology or policy configuration is damaged",
+        ),
+        (raw(b"[1, 2"), "it is not JSON"),
+    ],
+)
+def test_status_on_a_state_it_cannot_use_is_one_line(
+    saved: tuple[Path, Runtime],
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+    message: str,
+) -> None:
+    folder, _ = saved
+    damage(folder / "state.json")
+    assert status(str(folder)) == 1
+    *warnings, last = capsys.readouterr().err.strip().splitlines()
+    assert last.startswith("cannot use the state: ") and message in last
+    assert all(w.startswith("warning: ") for w in warnings)
