@@ -19,6 +19,7 @@ the runtime, directly. The next enforcer replaces the link with its socket.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -43,7 +44,17 @@ class StateLock:
         self._abandoned = threading.Event()
 
     def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Takes the lock if nobody holds it. OSError when there is no lock file and none can
+        be made (the folder cannot be written); an existing one locks on a read-only folder."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # flock needs no writes
+            except FileNotFoundError:
+                raise exc from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

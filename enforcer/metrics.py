@@ -88,6 +88,12 @@ class EnforcerMetrics:
             "running containers the configuration cannot place, kept on the CPUs they hold",
             registry=r,
         )
+        self.state_writable = Gauge(
+            "resource_enforcer_state_writable",
+            "1 while the state can be saved; 0 while the state folder cannot be written or the "
+            "saved state cannot be read (new containers and resizes are refused meanwhile)",
+            registry=r,
+        )
 
         # (method path, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.

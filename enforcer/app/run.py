@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from pathlib import Path
 from typing import Any
 
 from enforcer import handover
@@ -113,7 +112,14 @@ async def run(options: RunOptions) -> int:
                     raise
                 log.error("configuration from %s does not fit this node: %s", start.source, exc)
         assert enforcer is not None
-        first = lock.try_acquire()
+        try:
+            first = lock.try_acquire()
+        except OSError as exc:
+            # No lock file can be made, so nobody can change the state in this folder: this
+            # process serves, refusing decisions, and takes the lock once the folder is writable.
+            store.lock_failed(exc)
+            first = True
+        metrics.state_writable.set_function(lambda: 0.0 if store.problem else 1.0)
     except StartError as exc:
         log.error("cannot start: %s", exc)
         return 1
@@ -132,6 +138,8 @@ async def run(options: RunOptions) -> int:
     tasks: list[asyncio.Future[Any]] = []
     if first:
         enforcer.restore_saved()
+        if store.problem:
+            enforcer.registry.dirty = True  # the maintenance loop retries the write till it works
     else:
         # Another enforcer runs on this node (a DaemonSet update): our intercepted calls
         # queue on the worker behind taking over its state, which it hands over once it sees
@@ -175,7 +183,14 @@ async def run(options: RunOptions) -> int:
     metrics_server.start()
     health = HealthFile(options.health_file)
     heartbeat = asyncio.create_task(
-        health.keep(lambda: lock.fd is not None and server.listening and not stop.is_set())
+        health.keep(
+            lambda: (
+                lock.fd is not None
+                and server.listening
+                and not stop.is_set()
+                and store.problem is None
+            )
+        )
     )
 
     manager = ConfigManager(
@@ -189,7 +204,7 @@ async def run(options: RunOptions) -> int:
     # The quantity parser's import (~0.4 s) is paid on the worker now, once the relay serves,
     # rather than by the first CreateContainer.
     tasks.append(asyncio.ensure_future(service.run(parse_quantity, "1")))
-    tasks.append(asyncio.create_task(_reconcile_until_done(service, enforcer, stop)))
+    tasks.append(asyncio.create_task(_reconcile_until_done(service, enforcer, store, stop)))
     tasks.append(asyncio.create_task(service.maintain_forever()))
     if options.config:
         tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
@@ -224,7 +239,7 @@ async def run(options: RunOptions) -> int:
     if handed_over:
         log.info("handed over; state saved in %s; idle until stopped", options.state_dir)
         await stop.wait()  # exiting now would make kubelet restart us, and take it back
-    elif options.fallback_link and lock.held_once:
+    elif options.fallback_link and (lock.held_once or store.lock_pending):
         # Only an enforcer that was in charge: one that never took over leaves the path to
         # whoever is (or the next one).
         handover.leave_fallback_link(relay_socket, runtime_socket)
@@ -232,7 +247,10 @@ async def run(options: RunOptions) -> int:
     runtime.close()
     heartbeat.cancel()
     health.remove()
-    log.info("stopped; state saved in %s", Path(options.state_dir) / "state.json")
+    if store.problem:
+        log.warning("stopped without saving the state: %s", store.problem)
+    else:
+        log.info("stopped; state saved in %s", store.path)
     return 0
 
 
@@ -244,17 +262,29 @@ async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) ->
 
 
 async def _reconcile_until_done(
-    service: CRIService, enforcer: Enforcer, stop: asyncio.Event
+    service: CRIService, enforcer: Enforcer, store: StateStore, stop: asyncio.Event
 ) -> None:
-    """The runtime may start after us (or be restarting): retry until it answers."""
+    """The runtime may start after us (or be restarting): retry until it answers. A saved
+    state that cannot be read is read again first: reconciling without it would decide blind."""
+
+    def reconcile() -> bool:  # on the worker, after any take-over queued before it
+        if store.read_problem is not None:
+            enforcer.restore_saved()
+            if store.read_problem is not None:
+                return False
+        enforcer.reconcile()
+        return True
+
     while not stop.is_set():
         try:
-            await service.run(enforcer.reconcile)
-            return
+            if await service.run(reconcile):
+                return
         except RuntimeAway as exc:
             log.warning(
                 "cannot reconcile with the runtime yet (%s); retrying in %.0fs",
                 exc,
                 RECONCILE_RETRY_SECONDS,
             )
+        except StateWriteFailed:
+            pass  # rolled back; the store has said why, once: retried until a write works
         await asyncio.sleep(RECONCILE_RETRY_SECONDS)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from enforcer.engine import Entry, views_of
 from enforcer.policy import make_policy
@@ -14,11 +16,16 @@ from resource_contract.config import ConfigError, PolicyConfig
 
 def status(state_dir: str) -> int:
     store = StateStore(state_dir)
+    unwritable = folder_problem(store.dir)
+    if unwritable:
+        print(
+            f"warning: the state folder {store.dir} cannot be written ({unwritable}): the "
+            "enforcer refuses new containers and resizes until it can; what follows is the "
+            "state as last saved",
+            file=sys.stderr,
+        )
     try:
         saved = store.load(move_aside=False)  # a read-only look: never moves the file
-    except OSError as exc:
-        print(f"cannot read {store.path}: {exc}", file=sys.stderr)
-        return 1
     except StateError as exc:
         print(f"cannot use the state: {exc}", file=sys.stderr)
         return 1
@@ -54,3 +61,20 @@ def status(state_dir: str) -> int:
     print()
     print(placements_report(topology, policy, rows))
     return 0
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why the enforcer could not write in `folder`, seen without writing there (None: it
+    could, as far as can be told)."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None  # no folder: `load` says so
+    if fs.f_flag & os.ST_RDONLY:
+        return "Read-only file system (EROFS)"
+    # The enforcer runs as root: another user's lack of permission says nothing about it.
+    if os.geteuid() == 0 and not os.access(folder, os.W_OK):
+        return "Permission denied (EACCES)"
+    if fs.f_blocks and fs.f_bfree == 0:
+        return "No space left on device (ENOSPC)"
+    return None

@@ -181,6 +181,12 @@ class Enforcer:
     def _may_decide(self) -> None:
         if self.not_in_charge:
             raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
+        store = self.registry.store
+        if store is not None and store.problem:
+            # The saved state cannot be read (deciding without it could hand out CPUs that
+            # running containers hold) or the folder cannot be written (nothing decided would
+            # count): the store names the path and the OS error.
+            raise Refused(Reason.UNAVAILABLE, store.problem)
         if not self.reconciled:
             raise Refused(
                 Reason.UNAVAILABLE,
@@ -371,9 +377,17 @@ class Enforcer:
         entry = self.registry.by_container(container_id)
         if entry is None:
             return None
-        self._may_decide()
         before = self.registry.decision(entry.key)
         resized = resized_request(before.request, kubelet)
+        if resized is None:
+            # Nothing to decide: kubelet's values go with the pinning the container has, and
+            # are written lazily, so a state that cannot be written now does not hold them up.
+            pinning = self._wanted(entry.key)
+            self.registry.touch(
+                entry.key, resources=resources, applied_cpus=pinning.cpus, applied_mems=pinning.mems
+            )
+            return pinning
+        self._may_decide()
         try:
             with self.registry.change():
                 if resized is not None:

@@ -223,7 +223,8 @@ class Registry:
             try:
                 self._write(durable=False)
             except StateWriteFailed as exc:
-                log.error("%s; will retry", exc)
+                if self.store is None or self.store.problem is None:  # else the store said it
+                    log.error("%s; will retry", exc)
 
     def _write(self, *, durable: bool) -> None:
         self.dirty = False

@@ -3,13 +3,21 @@
 The file is written to a temporary name, fsynced, renamed over the old one, and the folder is
 fsynced so the rename itself survives a power cut. A file that cannot be used is moved aside
 (never deleted) and the caller rebuilds the state from the runtime.
+
+A state that cannot be saved (the folder is read-only, full, not ours) or cannot be read (the
+file is a folder, unreadable) is not fatal: the store says why in `problem`, each change of it
+is logged once, and a write that fails raises `StateWriteError` for the caller to refuse what
+it was deciding. A state file that cannot be read is never written over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +25,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+PROBE_FILE = ".write-probe"
 FORMAT_VERSION = 1
 
 
@@ -24,23 +33,101 @@ class StateError(ValueError):
     """A state file that cannot be used, as a read-only caller (`status`) is told."""
 
 
+class StateWriteError(OSError):
+    """The state could not be saved: `strerror` says why in words ("Read-only file system
+    (EROFS)"); the store's `problem` names the folder too."""
+
+
+def os_error(exc: OSError) -> str:
+    """An OSError in words an operator can search for: "Read-only file system (EROFS)"."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
 class StateStore:
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / STATE_FILE
+        # Why the folder cannot be written now (None: the last write, or probe, worked).
+        self.write_problem: str | None = None
+        # Why the saved state cannot be read now (None: it was read, or there is none).
+        self.read_problem: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the state cannot be saved now; None when it can."""
+        return self.read_problem or self.write_problem
+
+    # -- the folder ----------------------------------------------------------------------------
 
     def ensure_dir(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.dir, 0o700)
+        """Makes the folder (mode 0700) and checks that it takes writes. A folder that cannot
+        be made or written is recorded in `problem`, not raised: the relay serves all the same."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if stat.S_IMODE(self.dir.stat().st_mode) != 0o700:
+                os.chmod(self.dir, 0o700)
+            self.probe()
+        except OSError as exc:
+            self.cannot_write(os_error(exc))
+
+    def probe(self) -> None:
+        """Writes, syncs and removes a small file in the folder; OSError when it cannot."""
+        probe = self.dir / PROBE_FILE
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+
+    def cannot_write(self, why: str, code: int | None = None) -> StateWriteError:
+        """Records (and logs, when it is news) why the folder cannot be written now; returns
+        the error for the caller to raise."""
+        problem = f"the state folder {self.dir} cannot be written: {why}"
+        if problem != self.write_problem:
+            log.error(
+                "%s; new containers and resizes are refused (UNAVAILABLE) until it can be "
+                "written again; retried every few seconds",
+                problem,
+            )
+        self.write_problem = problem
+        return StateWriteError(code, why)
+
+    def _written(self) -> None:
+        if self.write_problem is not None:
+            log.warning("the state folder %s can be written again; deciding again", self.dir)
+            self.write_problem = None
+
+    # -- reading -------------------------------------------------------------------------------
 
     def load(self, *, move_aside: bool = True) -> dict[str, Any] | None:
-        """The saved state; None when there is none or it is corrupt. A corrupt file is moved
-        aside (the enforcer then rebuilds from the runtime); read-only callers such as
-        `status` pass move_aside=False and get a StateError instead."""
+        """The saved state; None when there is none, it is corrupt or it cannot be read.
+
+        A corrupt file is moved aside (the enforcer then rebuilds from the runtime); one that
+        cannot be read is left alone and recorded in `read_problem`. Read-only callers such
+        as `status` pass move_aside=False and get a StateError instead, in one line."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self._read()
             return None
+        except OSError as exc:
+            problem = f"the state file {self.path} cannot be read: {os_error(exc)}"
+            if not move_aside:
+                raise StateError(problem) from None
+            if problem != self.read_problem:
+                log.error(
+                    "%s; it is left as it is, never written over, and new containers and "
+                    "resizes are refused (UNAVAILABLE) until it can be read; retried every "
+                    "few seconds",
+                    problem,
+                )
+            self.read_problem = problem
+            return None
+        self._read()
         try:
             data = parse_state(raw)
         except StateError as exc:
@@ -49,6 +136,11 @@ class StateStore:
             self.move_aside(str(exc), "all of it")
             return None
         return data
+
+    def _read(self) -> None:
+        if self.read_problem is not None:
+            log.warning("the state file %s can be read again", self.path)
+            self.read_problem = None
 
     def move_aside(self, damage: str, lost: str) -> None:
         """Logs a repair of the state file (what was wrong with it, what of it is lost) and
@@ -62,7 +154,7 @@ class StateStore:
             os.replace(self.path, aside)
             where = f"moved it to {aside}"
         except OSError as exc:
-            where = f"could not move it aside ({exc.strerror or exc})"
+            where = f"could not move it aside ({os_error(exc)})"
         if lost == "all of it":
             rest = "rebuilding the state from the runtime"
         elif lost == "nothing":
@@ -73,25 +165,38 @@ class StateStore:
             "state file %s is corrupt: %s; dropped %s; %s; %s", self.path, damage, lost, where, rest
         )
 
+    # -- writing -------------------------------------------------------------------------------
+
     def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
         """Replaces the state file. `durable` fsyncs file and folder: used where a crash must
-        not lose the write (a CPU handed out); other writes can be re-derived from the runtime."""
+        not lose the write (a CPU handed out); other writes can be re-derived from the runtime.
+
+        Raises StateWriteError when it cannot be written (or must not be: a state file that
+        could not be read is never replaced)."""
+        if self.read_problem is not None:
+            raise StateWriteError(None, f"{self.read_problem}; it is not written over")
         payload = json.dumps({**data, "version": FORMAT_VERSION}, separators=(",", ":"))
         tmp = self.path.with_name(f".{STATE_FILE}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, payload.encode())
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        if durable:
-            dir_fd = os.open(self.dir, os.O_RDONLY)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
-                os.fsync(dir_fd)
+                os.write(fd, payload.encode())
+                if durable:
+                    os.fsync(fd)
             finally:
-                os.close(dir_fd)
+                os.close(fd)
+            os.replace(tmp, self.path)
+            if durable:
+                dir_fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)  # a full disk: do not leave half a file behind
+            raise self.cannot_write(os_error(exc), exc.errno) from None
+        self._written()
 
 
 def parse_state(raw: bytes) -> dict[str, Any]:

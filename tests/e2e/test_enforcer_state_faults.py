@@ -1,5 +1,7 @@
-"""The enforcer's state folder at fault, end to end: a corrupt state file with containers
-running. The truth is read from the runtime and the real cgroups."""
+"""The enforcer's state folder at fault, end to end: read-only (a tmpfs remounted read-only),
+a state path that cannot be read (a folder where the file should be), a corrupt state file
+with containers running. kubelet keeps a CRI endpoint throughout; decisions are refused while
+the state cannot be saved; the truth is read from the runtime and the real cgroups."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import contextlib
 import json
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
+from enforcer.cri import api_pb2
 from enforcer.topology import CPUSet
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess, free_port
@@ -37,10 +41,32 @@ def cpus_of(pod: RunningPod) -> CPUSet:
     return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
 
 
+def metric(proc: EnforcerProcess, name: str) -> float:
+    with urllib.request.urlopen(proc.metrics_url + "/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no sample {name}")
+
+
 def refusal(kubelet: KubeletEmulator, name: str) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as err:
         kubelet.run_pod(manifest(name, sleeper(resources=guaranteed("1"))))
     return err.value
+
+
+def creates(kubelet: KubeletEmulator, name: str) -> Callable[[], bool]:
+    """A predicate: a BestEffort pod can be created (the enforcer decides again)."""
+
+    def attempt() -> bool:
+        try:
+            kubelet.run_pod(manifest(name, sleeper()))
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+            return False
+        return True
+
+    return attempt
 
 
 @pytest.fixture
@@ -77,6 +103,119 @@ def kubelet(
                 with contextlib.suppress(grpc.RpcError):
                     direct.remove_pod(pod)
         emu.close(remove_pods=False)
+
+
+def remount(folder: str, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", folder], check=True)
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["with-saved-state", "empty-folder"])
+def test_a_read_only_state_folder_still_serves_kubelet(
+    enforcer: EnforcerProcess, kubelet: KubeletEmulator, saved: bool
+) -> None:
+    if saved:
+        enforcer.start()
+        held = kubelet.run_pod(manifest("held", sleeper(resources=guaranteed("1"))))
+        shared = kubelet.run_pod(manifest("shared", sleeper()))
+        assert enforcer.stop() == 0
+    remount(enforcer.state_dir, "ro")
+    enforcer.start()  # before: "cannot start", and kubelet had no runtime at all
+
+    # Read calls pass.
+    assert kubelet.version().runtime_name
+    listed = {c.id for c in kubelet.list_containers()}
+    if saved:
+        assert {held.container_id("app"), shared.container_id("app")} <= listed
+        assert kubelet.container_status(held.container_id("app")).state == (
+            api_pb2.CONTAINER_RUNNING
+        )
+    # Decisions are refused, naming the folder and the OS error.
+    err = refusal(kubelet, "refused")
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
+    assert enforcer.state_dir in err.details() and "Read-only file system" in err.details()
+    assert metric(enforcer, "resource_enforcer_state_writable") == 0
+    assert "cannot be written: Read-only file system (EROFS)" in enforcer.log_tail(200)
+    out = enforcer.run_cli("status", "--state-dir", enforcer.state_dir)
+    assert f"state folder {enforcer.state_dir} cannot be written" in out.stderr
+    if saved:
+        pinned = cpus_of(held)
+        assert pinned == ALL - RESERVED and cpus_of(shared) == RESERVED
+        assert out.returncode == 0 and f"cpu{max(pinned)}=e2e/held/app" in out.stdout
+        # kubelet's update that changes no request passes and keeps the pinning; a resize
+        # (a new CPU or memory value: the policy would have to place it anew) is refused.
+        kubelet.update_container_resources(
+            held.container_id("app"),
+            {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024,
+             "memory_limit_in_bytes": 64 << 20, "cpuset_cpus": str(ALL)},
+        )  # fmt: skip
+        assert cpus_of(held) == pinned
+        with pytest.raises(grpc.RpcError) as resize:
+            kubelet.update_container_resources(
+                held.container_id("app"),
+                {"cpu_period": 100000, "cpu_quota": 200000, "cpu_shares": 2048,
+                 "memory_limit_in_bytes": 128 << 20},
+            )  # fmt: skip
+        assert resize.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert enforcer.state_dir in resize.value.details()
+        # Stops and removals pass. The CPU it leaves stays held (a release is a change of
+        # the state too) until the state can be written: safe, as nothing else is placed.
+        kubelet.remove_pod(held)
+        assert cpus_of(shared) == RESERVED
+
+    # Writable again: the enforcer notices, decides again, and releases what went meanwhile.
+    remount(enforcer.state_dir, "rw")
+    wait_for(creates(kubelet, "after"), enforcer.log_tail)
+    assert metric(enforcer, "resource_enforcer_state_writable") == 1
+    assert "can be written again" in enforcer.log_tail(200)
+    if saved:
+
+        def relisted_shared_on_all() -> bool:
+            kubelet.list_containers()  # kubelet's relisting shows the removed pod gone
+            return cpus_of(shared) == ALL
+
+        wait_for(relisted_shared_on_all, enforcer.log_tail)
+    assert kubelet.run_pod(manifest("exclusive", sleeper(resources=guaranteed("1"))))
+    assert enforcer.stop() == 0, enforcer.log_tail()
+    saved_state = json.loads(Path(enforcer.state_dir, "state.json").read_text())
+    assert {a["request"]["pod_name"] for a in saved_state["policy"]["admitted"]} >= {
+        "after",
+        "exclusive",
+    }
+
+
+def test_a_state_path_that_cannot_be_read_refuses_decisions_and_serves(
+    enforcer: EnforcerProcess, kubelet: KubeletEmulator
+) -> None:
+    enforcer.start()
+    held = kubelet.run_pod(manifest("held", sleeper(resources=guaranteed("1"))))
+    pinned = cpus_of(held)
+    assert enforcer.stop() == 0
+    state = Path(enforcer.state_dir, "state.json")
+    state.unlink()
+    state.mkdir()  # the state file replaced by a folder
+    enforcer.start()  # before: a traceback, and no relay
+
+    assert kubelet.container_status(held.container_id("app")).state == api_pb2.CONTAINER_RUNNING
+    err = refusal(kubelet, "blind")
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
+    assert str(state) in err.details() and "Is a directory" in err.details()
+    assert metric(enforcer, "resource_enforcer_state_writable") == 0
+    log = enforcer.log_tail(300)
+    assert f"the state file {state} cannot be read: Is a directory (EISDIR)" in log
+    assert "Traceback" not in log
+    out = enforcer.run_cli("status", "--state-dir", enforcer.state_dir)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        f"cannot use the state: the state file {state} cannot be read: Is a directory (EISDIR)"
+    )
+    assert state.is_dir() and cpus_of(held) == pinned  # nothing written over, nothing moved
+
+    # The path fixed: the enforcer reads again (nothing there), adopts what runs, decides.
+    state.rmdir()
+    wait_for(creates(kubelet, "after"), enforcer.log_tail)
+    assert cpus_of(held) == pinned
+    assert refusal(kubelet, "second").code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert enforcer.stop() == 0, enforcer.log_tail()
 
 
 def _damage_one_entry(state: Path) -> None:

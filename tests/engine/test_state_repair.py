@@ -1,10 +1,12 @@
 """Damaged state files, kind by kind: each repair is logged with the file, what was wrong and
 what was dropped; the damaged file is kept aside; the sound entries survive; the enforcer
-comes up (restores and reconciles). Also what `status` makes of the same files."""
+comes up (restores and reconciles). Also what `status` makes of the same files, and a state
+write that fails in the middle of a CreateContainer."""
 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import logging
 import uuid
@@ -19,7 +21,8 @@ from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded
+from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, Refused, StateWriteFailed
+from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from enforcer.topology import Topology
 from tests.support.kubelet import container_config_for, sandbox_config_for
@@ -308,3 +311,83 @@ def test_status_on_a_state_it_cannot_use_is_one_line(
     *warnings, last = capsys.readouterr().err.strip().splitlines()
     assert last.startswith("cannot use the state: ") and message in last
     assert all(w.startswith("warning: ") for w in warnings)
+
+
+def test_status_when_the_state_file_cannot_be_read_is_one_line(
+    saved: tuple[Path, Runtime],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder, _ = saved
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    assert status(str(folder)) == 1
+    assert capsys.readouterr().err == (
+        f"cannot use the state: the state file {folder / 'state.json'} cannot be read: "
+        "Permission denied (EACCES)\n"
+    )
+
+
+def test_the_enforcer_refuses_to_decide_blind_when_the_state_cannot_be_read(
+    saved: tuple[Path, Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, runtime = saved
+    path = folder / "state.json"
+    kept = path.read_bytes()
+    real = Path.read_bytes
+
+    def denied(self: Path) -> bytes:
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    e = make(folder, runtime)
+    e.restore_saved()
+    e.reconciled = True  # even so
+    with pytest.raises(Refused) as err:
+        admit(e, "blind", guaranteed("1"))
+    assert err.value.reason == Reason.UNAVAILABLE
+    assert str(err.value).startswith(f"the state file {path} cannot be read: Permission denied")
+    with pytest.raises(StateWriteFailed):
+        e.persist()  # never written over
+    monkeypatch.undo()
+    assert path.read_bytes() == kept
+    e.restore_saved()  # readable again
+    assert e.registry.store is not None and e.registry.store.problem is None
+    assert len(e.policy.admitted) == 3
+
+
+def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
+    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    folder, runtime = saved
+    e = make(folder, runtime)
+    e.restore_saved()
+    e.reconcile()
+    (folder / ".state.json.tmp").mkdir()  # where every write goes first: now a folder
+    with pytest.raises(Refused) as err:
+        admit(e, "fourth")
+    assert err.value.reason == Reason.UNAVAILABLE
+    assert str(err.value) == (
+        f"cannot write the state file {folder / 'state.json'}: Is a directory (EISDIR)"
+    )
+    assert len(e.policy.admitted) == 3  # rolled back
+    # Until a write works, nothing is decided, and the reason names the folder and the error.
+    with pytest.raises(Refused) as err:
+        admit(e, "fifth")
+    assert str(err.value) == (
+        f"the state folder {folder} cannot be written: Is a directory (EISDIR)"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        e.maintain()  # the retry fails quietly: the problem was logged once already
+    assert not caplog.records
+    (folder / ".state.json.tmp").rmdir()
+    e.maintain()
+    assert e.registry.store is not None and e.registry.store.problem is None
+    admit(e, "fifth")
+    assert len(e.policy.admitted) == 4
