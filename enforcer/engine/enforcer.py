@@ -416,20 +416,13 @@ class Enforcer:
     def _release(self, entries: list[Entry], why: str, *, repin: bool = True) -> None:
         if not entries:
             return
+        released = []
         try:
             with self.registry.change():
                 for entry in entries:
                     decision = self.registry.remove(entry.key)
                     if decision is not None:
-                        req = decision.request
-                        log.info(
-                            "released %s/%s container %s (%s): %s",
-                            req.namespace,
-                            req.pod_name,
-                            req.container,
-                            entry.container_id or "not created",
-                            why,
-                        )
+                        released.append((decision.request, entry.container_id))
         except StateWriteFailed as exc:
             # Rolled back: the CPUs stay held, which is safe. A listing releases those it shows
             # gone; those the runtime never gave an id are left to `resolve`.
@@ -438,6 +431,15 @@ class Enforcer:
                 if entry.container_id is None and entry.key in self.registry:
                     self.registry.touch(entry.key, phase=Phase.UNKNOWN, unknown_since=self.clock())
             return
+        for req, container_id in released:  # said once it is written
+            log.info(
+                "released %s/%s container %s (%s): %s",
+                req.namespace,
+                req.pod_name,
+                req.container,
+                container_id or "not created",
+                why,
+            )
         self._count()
         if repin:
             self.repin()
