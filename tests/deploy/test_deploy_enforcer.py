@@ -327,7 +327,9 @@ def test_dockerfile_agrees_with_the_daemonset(container: dict[str, Any]) -> None
     # The real base by default; tests/images builds on a local one through the build argument.
     assert d["ARG"] == ["BASE_IMAGE=python:3.11-slim"] and d["FROM"] == ["${BASE_IMAGE}"]
     assert exec_form(d["ENTRYPOINT"][-1]) == container["command"] == ["resource-enforcer"]
-    assert exec_form(d["CMD"][-1]) == ["run"]
+    # JSON log lines in the image, as in the DaemonSet (the command line's default is text).
+    assert exec_form(d["CMD"][-1]) == ["run", "--log-format", "json"]
+    assert "--log-format=json" in container["args"]
     assert d["USER"] == ["0:0"]
 
 
