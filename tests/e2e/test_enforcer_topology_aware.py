@@ -120,7 +120,10 @@ def test_status_of_a_stopped_enforcer_as_json(
         finally:
             two_cpu_relay.start()  # for the pods' removal
     assert shown["policy"] == "topology-aware"
-    assert (shown["availableCPUs"], shown["reservedCPUs"]) == (str(CPUSet.of(SPARE, ONLY)), str(SPARE))
+    assert (shown["availableCPUs"], shown["reservedCPUs"]) == (
+        str(CPUSet.of(SPARE, ONLY)),
+        str(SPARE),
+    )
     rows = {c["pod"]: c for c in shown["containers"]}
     assert rows["g1"]["containerID"] == pinned.container_id("app")
     assert rows["be"]["containerID"] == best_effort.container_id("app")
