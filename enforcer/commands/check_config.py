@@ -96,12 +96,12 @@ def _valid_part(data: Any) -> tuple[Config | None, set[str], list[str]]:
                 if not (keys[0] == "classAccess" and len(keys) > 1 and keys[1] in left_out):
                     found.append(problem)
                 policy = part.get("policy")
-                if keys[0] == "policy" and len(keys) > 1 and isinstance(policy, dict):
-                    if keys[1] in policy:
-                        del policy[keys[1]]
-                        left_out.add(f"policy.{keys[1]}")
-                        progress = True
-                        continue
+                bad_key = keys[1] if keys[0] == "policy" and len(keys) > 1 else None
+                if isinstance(policy, dict) and bad_key in policy:
+                    del policy[bad_key]
+                    left_out.add(f"policy.{bad_key}")
+                    progress = True
+                    continue
                 if keys[0] in part:
                     del part[keys[0]]
                     left_out.add(keys[0])
