@@ -8,8 +8,9 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
+from enforcer.build import version
+from enforcer.logs import FORMATS, setup_logging
 from enforcer.options import RunOptions
 
 
@@ -40,6 +41,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="on SIGTERM/SIGINT, how long calls in flight may take to finish "
         "(default: %(default)g)",
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="json: one object per line, the webhook's field names (default: %(default)s)",
     )
     cluster = p.add_argument_group(
         "configuration from the cluster",
@@ -101,13 +108,20 @@ def _seconds(text: str) -> float:
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="show the allocations of a running or stopped enforcer")
     p.add_argument("--state-dir", default=RunOptions().state_dir, metavar="DIR")
+    p.add_argument("--output", default="table", choices=["table", "json"])
 
 
 def _add_plan(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="place pods with the configured policy, without a node")
     p.add_argument("--config", required=True, metavar="FILE")
     p.add_argument("--sysfs-root", required=True, metavar="DIR")
-    p.add_argument("--pods", required=True, metavar="FILE")
+    p.add_argument(
+        "--pods",
+        required=True,
+        metavar="FILE",
+        help="Pods, Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs "
+        "(multi-document YAML or a kind: List)",
+    )
     p.add_argument("--format", default="json", choices=["json", "table"])
 
 
@@ -118,20 +132,13 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resctrl-root", default=None, metavar="DIR")
 
 
-def _version() -> str:
-    try:
-        return version("kube-resource-enforcer")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
-
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="resource-enforcer",
         description="Hardware-aware CPU, memory, RDT and block-I/O control for Kubernetes "
         "containers, as a CRI relay between kubelet and the runtime.",
     )
-    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    top.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = top.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_status, _add_plan, _add_check):
         add(sub)
@@ -145,18 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run" and args.supervise:
         from enforcer.supervisor import child_command, supervise
 
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        setup_logging(args.log_level, args.log_format)
         return supervise(child_command(sys.argv[1:] if argv is None else argv))
     if args.command == "run":
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        setup_logging(args.log_level, args.log_format)
         options = RunOptions(
             runtime_socket=args.runtime_socket,
             image_socket=args.image_socket,
@@ -183,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         from enforcer.commands.status import status
 
-        return status(args.state_dir)
+        return status(args.state_dir, args.output)
     if args.command == "plan":
         from enforcer.commands.plan import plan_command
 

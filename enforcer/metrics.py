@@ -17,6 +17,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from enforcer.build import version
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 
 
@@ -94,6 +96,13 @@ class EnforcerMetrics:
             "saved state cannot be read (new containers and resizes are refused meanwhile)",
             registry=r,
         )
+        self.build_info = Gauge(
+            "resource_enforcer_build_info",
+            "The running build: always 1, its version as a label",
+            ["version"],
+            registry=r,
+        )
+        self.build_info.labels(version()).set(1)
 
         # (method path, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.

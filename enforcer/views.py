@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from enforcer.engine import ContainerView
 from enforcer.policy import Policy, PoolView
@@ -46,6 +47,67 @@ def container_table(rows: Sequence[ContainerView]) -> str:
     return _columns(lines if with_ids else [line[:-1] for line in lines])
 
 
+@dataclass(frozen=True)
+class CpuCell:
+    """One CPU of the map: where it sits and who holds it."""
+
+    cpu: int
+    socket: int
+    node: int
+    core: int
+    isolated: bool
+    # exclusive (see holder), reserved, shared, idle (isolated, kept for exclusive use), or
+    # unavailable (outside availableCPUs)
+    use: str
+    holder: str | None  # NAMESPACE/POD/CONTAINER holding it exclusively
+    runs_shared: bool  # shared containers run on it
+
+
+def cpu_cells(
+    topology: Topology,
+    rows: Iterable[ContainerView],
+    *,
+    reserved: CPUSet,
+    available: CPUSet,
+    reserved_shared: bool = True,
+) -> list[CpuCell]:
+    """Every CPU, by socket, NUMA node and core, with who holds it (see `cpu_map`)."""
+    holders: dict[int, str] = {}
+    for r in rows:
+        for cpu in CPUSet.parse(r.exclusive):
+            holders[cpu] = f"{r.namespace}/{r.pod}/{r.container}"
+    cells = []
+    for socket in topology.sockets():
+        for node in topology.nodes_of_socket(socket):
+            cpus = topology.cpus_of_node(node)
+            for core in sorted({topology.cpus[c].core for c in cpus}):
+                for cpu in topology.cpus_of_core(core).sorted():
+                    isolated = topology.cpus[cpu].isolated
+                    if cpu in holders:
+                        use = "exclusive"
+                    elif cpu not in available:
+                        use = "unavailable"
+                    elif cpu in reserved:
+                        use = "reserved"
+                    elif not reserved_shared and isolated:
+                        use = "idle"
+                    else:
+                        use = "shared"
+                    cells.append(
+                        CpuCell(
+                            cpu=cpu,
+                            socket=socket,
+                            node=node,
+                            core=core,
+                            isolated=isolated,
+                            use=use,
+                            holder=holders.get(cpu),
+                            runs_shared=use == "shared" or (use == "reserved" and reserved_shared),
+                        )
+                    )
+    return cells
+
+
 def cpu_map(
     topology: Topology,
     rows: Iterable[ContainerView],
@@ -59,33 +121,27 @@ def cpu_map(
     `reserved_shared`: whether the policy runs shared containers on reserved and isolated CPUs
     (static does; topology-aware keeps reserved CPUs for their own containers and isolated
     ones idle until a container is given one)."""
-    holders: dict[int, str] = {}
-    for r in rows:
-        for cpu in CPUSet.parse(r.exclusive):
-            holders[cpu] = f"{r.namespace}/{r.pod}/{r.container}"
-    out = []
-    for socket in topology.sockets():
-        out.append(f"socket {socket}")
-        for node in topology.nodes_of_socket(socket):
-            cpus = topology.cpus_of_node(node)
-            out.append(f"  node {node} (cpus {cpus})")
-            for core in sorted({topology.cpus[c].core for c in cpus}):
-                cells = []
-                for cpu in topology.cpus_of_core(core).sorted():
-                    if cpu in holders:
-                        who = holders[cpu]
-                    elif cpu not in available:
-                        who = "unavailable"
-                    elif cpu in reserved:
-                        who = "reserved+shared" if reserved_shared else "reserved"
-                    elif not reserved_shared and topology.cpus[cpu].isolated:
-                        who = "idle"
-                    else:
-                        who = "shared"
-                    if topology.cpus[cpu].isolated:
-                        who += ",isolated"
-                    cells.append(f"cpu{cpu}={who}")
-                out.append(f"    core {core}: " + "  ".join(cells))
+    cells = cpu_cells(
+        topology, rows, reserved=reserved, available=available, reserved_shared=reserved_shared
+    )
+    out: list[str] = []
+    place: tuple[int, int, int] | None = None  # the socket, node and core being written
+    for cell in cells:
+        if place is None or cell.socket != place[0]:
+            out.append(f"socket {cell.socket}")
+        if place is None or cell.node != place[1] or cell.socket != place[0]:
+            out.append(f"  node {cell.node} (cpus {topology.cpus_of_node(cell.node)})")
+        if place != (cell.socket, cell.node, cell.core):
+            out.append(f"    core {cell.core}:")
+            sep = " "
+        place = (cell.socket, cell.node, cell.core)
+        who = cell.holder or cell.use
+        if cell.use == "reserved" and cell.runs_shared:
+            who = "reserved+shared"
+        if cell.isolated:
+            who += ",isolated"
+        out[-1] += f"{sep}cpu{cell.cpu}={who}"
+        sep = "  "
     memory_only = topology.memory_only_nodes()
     if memory_only:
         out.append(f"memory-only nodes: {', '.join(map(str, memory_only))}")

@@ -6,16 +6,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
-from webhook.logs import LEVELS, setup_logging
-
-
-def _version() -> str:
-    try:
-        return version("kube-resource-enforcer")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
+from webhook.build import version
+from webhook.logs import FORMATS, LEVELS, setup_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +16,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="resource-webhook",
         description="Mutating admission webhook of kube-resource-enforcer.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="serve AdmissionReviews over HTTPS")
@@ -37,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the enforcer's configuration, to check class names, classAccess and preferenceAccess",
     )
     serve.add_argument("--log-level", default="info", choices=LEVELS)
+    serve.add_argument(
+        "--log-format",
+        default="json",
+        choices=FORMATS,
+        help="json: one object per line, the enforcer's field names (default: %(default)s)",
+    )
 
     certs = sub.add_parser("certs", help="write a CA and a serving certificate for the Service")
     certs.add_argument("--service", required=True, metavar="NAME")
@@ -53,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=args.log_format)
     log = logging.getLogger("webhook")
     # Everything that can be wrong with the inputs is checked before the port is opened.
     config = None

@@ -1,4 +1,8 @@
-"""JSON log lines on stderr, one object per line, with the fields each event carries."""
+"""Log lines on stderr: one JSON object per line with the fields each event carries, or text.
+
+JSON lines carry the same fields as the enforcer's (`enforcer/logs.py`; the two programs share
+no code, and a test holds them to the same names).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import sys
 from typing import Any
 
 LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("json", "text")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class JSONFormatter(logging.Formatter):
@@ -31,10 +37,24 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def setup_logging(level: str = "info", stream: Any = None) -> None:
-    """Everything, uvicorn's own messages included, through one JSON handler."""
+class TextFormatter(logging.Formatter):
+    """`TIME LEVEL LOGGER: MSG`, then the record's `fields` as key=value."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if fields:
+            line += "".join(f" {k}={json.dumps(v, default=str)}" for k, v in fields.items())
+        return line
+
+
+def setup_logging(level: str = "info", stream: Any = None, fmt: str = "json") -> None:
+    """Everything, uvicorn's own messages included, through one handler (json or text)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JSONFormatter())
+    handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from webhook.admission import Result
+from webhook.build import version
 
 OUTCOMES = ("patched", "unchanged", "ignored", "denied", "invalid", "too_large", "error")
 DENIAL_REASONS = (
@@ -49,6 +50,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.build_info = Gauge(
+            "resource_webhook_build_info",
+            "The running build: always 1, its version as a label.",
+            ["version"],
+            registry=self.registry,
+        )
+        self.build_info.labels(version()).set(1)
         # Children made up front: every series shows from the start (at 0), and the hot path
         # skips the label lookup.
         self._outcome = {o: self.requests.labels(o) for o in OUTCOMES}

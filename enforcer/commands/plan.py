@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from enforcer.commands.manifests import PlanInputError, Pod, load_pods
 from enforcer.configuration import load_config
 from enforcer.decode import (
     ContainerCreate,
@@ -37,57 +36,21 @@ from resource_contract.pod_annotation import Denial, build_annotation
 from resource_contract.pod_annotation import Policy as AdmissionPolicy
 from resource_contract.qos import qos_class
 
-Pod = Mapping[str, Any]
-
-
-class PlanInputError(ValueError):
-    pass
-
 
 @dataclass
 class _Planned:
     namespace: str
     pod: str
     container: str
+    qos: str  # the pod's, from its spec: known even when the container is refused
     request: ContainerRequest | None = None
+    rdt_class: str | None = None
+    blockio_class: str | None = None
     error: str | None = None
+    # The pool that came closest, for a container the policy had no room for.
+    nearest_pool: str | None = None
     # Set for init containers that ran to completion: where they ran.
     finished: Placement | None = None
-
-
-def load_pods(path: str) -> list[Pod]:
-    """Pods from multi-document YAML or a `kind: List`; anything else is refused by position."""
-    try:
-        with open(path) as f:
-            documents = [d for d in yaml.safe_load_all(f) if d is not None]
-    except OSError as exc:
-        raise PlanInputError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
-    pods: list[Pod] = []
-    for index, doc in enumerate(documents):
-        is_list = isinstance(doc, dict) and doc.get("kind") == "List"
-        items = doc.get("items") or [] if is_list else [doc]
-        for item_index, item in enumerate(items):
-            where = f"{path}: document {index}" + (f" items[{item_index}]" if is_list else "")
-            _check_pod(item, where)
-            pods.append(item)
-    return pods
-
-
-def _check_pod(item: Any, where: str) -> None:
-    if not isinstance(item, dict) or item.get("kind") != "Pod":
-        kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
-        raise PlanInputError(f"{where}: kind: expected Pod, got {kind!r}")
-    if not isinstance((item.get("metadata") or {}).get("name"), str):
-        raise PlanInputError(f"{where}: metadata.name is missing")
-    spec = item.get("spec")
-    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list):
-        raise PlanInputError(f"{where}: spec.containers must be a list")
-    for field in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(field) or []):
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise PlanInputError(f"{where}: spec.{field}[{i}].name is missing")
 
 
 def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
@@ -113,7 +76,8 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     spec = pod["spec"]
     containers = [(c, True) for c in spec.get("initContainers") or []]
     containers += [(c, False) for c in spec["containers"]]
-    planned = [_Planned(namespace, meta["name"], c["name"]) for c, _ in containers]
+    qos = qos_class(spec)
+    planned = [_Planned(namespace, meta["name"], c["name"], qos) for c, _ in containers]
     try:
         manifest = _admitted_manifest(pod, config)
     except DecodeError as exc:
@@ -121,7 +85,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             p.error = str(exc)
         return planned
     annotations = dict(manifest["metadata"].get("annotations") or {})
-    cgroup_parent = cgroup_parent_for(qos_class(manifest["spec"]), uid)
+    cgroup_parent = cgroup_parent_for(qos, uid)
     machine = Machine.of(policy.topology)
     for (container, init), p in zip(containers, planned, strict=True):
         create = ContainerCreate(
@@ -134,11 +98,17 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             resources=resources_for(container),
         )
         try:
-            p.request = decode_container(create, classes=class_settings(config), machine=machine)
-            policy.admit(p.request)
-        except (DecodeError, PlacementError) as exc:
-            p.request, p.error = None, str(exc)
+            request = decode_container(create, classes=class_settings(config), machine=machine)
+        except DecodeError as exc:
+            p.error = str(exc)
             continue
+        p.rdt_class, p.blockio_class = request.rdt_class, request.blockio_class
+        try:
+            policy.admit(request)
+        except PlacementError as exc:
+            p.error, p.nearest_pool = str(exc), exc.nearest_pool
+            continue
+        p.request = request
         # An init container runs to completion before the next container starts: it is shown
         # where it ran, and its CPUs are free again for the rest of the pod. Sidecars
         # (restartPolicy Always) keep running beside the app containers.
@@ -167,14 +137,16 @@ def _row(p: _Planned, placement: Placement | None, online: CPUSet, all_mems: CPU
         "namespace": p.namespace,
         "pod": p.pod,
         "container": p.container,
-        "qos": p.request.qos if p.request else None,
+        "qos": p.qos,
         "cpus": None,
         "mems": None,
         "exclusiveCPUs": None,
         "sharedCPUs": None,
-        "pool": None,
-        "rdtClass": p.request.rdt_class if p.request else None,
-        "blockioClass": p.request.blockio_class if p.request else None,
+        # Unplaced: the pool that came closest, where the policy compares pools.
+        "pool": p.nearest_pool,
+        "rdtClass": p.rdt_class,
+        "blockioClass": p.blockio_class,
+        "balloon": None,  # no balloons policy yet
         "error": p.error,
     }
     if placement is None or p.request is None:
@@ -204,11 +176,13 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     except (TopologyError, PlanInputError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    # 2 when some container could not be placed: a CI job can gate a rollout on it.
+    code = 2 if any(r["error"] for r in rows) else 0
     if fmt == "json":
         print(json.dumps(rows, indent=2))
-        return 0
+        return code
     print(placements_report(topology, policy, views_of(policy, {})))
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
-    return 0
+    return code

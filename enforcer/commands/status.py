@@ -1,20 +1,23 @@
-"""`resource-enforcer status`: the allocations recorded in a state folder, running or not."""
+"""`resource-enforcer status`: the allocations recorded in a state folder, running or not, as a
+table (the default) or as one JSON document."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from enforcer.engine import Entry, views_of
-from enforcer.policy import make_policy
+from enforcer.engine import ContainerView, Entry, views_of
+from enforcer.policy import Policy, make_policy
 from enforcer.state import StateError, StateStore, check_saved
 from enforcer.topology import Topology
-from enforcer.views import placements_report
+from enforcer.views import cpu_cells, placements_report
 from resource_contract.config import ConfigError, PolicyConfig
 
 
-def status(state_dir: str) -> int:
+def status(state_dir: str, output: str = "table") -> int:
     store = StateStore(state_dir)
     unwritable = folder_problem(store.dir)
     if unwritable:
@@ -53,6 +56,9 @@ def status(state_dir: str) -> int:
     policy.restore(checked.policy)
     entries = [Entry.from_dict(e) for e in checked.containers]
     rows = views_of(policy, {e.key: e for e in entries})
+    if output == "json":
+        print(json.dumps(status_document(topology, policy, rows), indent=2))
+        return 0
     print(f"policy {policy.name}; {topology.describe()}")
     print(
         f"available {policy.available}; reserved {policy.reserved or 'none'}; "
@@ -78,3 +84,73 @@ def folder_problem(folder: Path) -> str | None:
     if fs.f_blocks and fs.f_bfree == 0:
         return "No space left on device (ENOSPC)"
     return None
+
+
+def status_document(topology: Topology, policy: Policy, rows: list[ContainerView]) -> dict:
+    """What the table shows, as data: cpusets in Linux list format ("" for none)."""
+    cells = cpu_cells(
+        topology,
+        rows,
+        reserved=policy.reserved,
+        available=policy.available,
+        reserved_shared=policy.reserved_shared,
+    )
+    return {
+        "policy": policy.name,
+        "topology": topology.describe(),
+        "availableCPUs": str(policy.available),
+        "reservedCPUs": str(policy.reserved),
+        "exclusiveCPUs": str(policy.taken),
+        "containers": [
+            _container(r) for r in sorted(rows, key=lambda r: (r.namespace, r.pod, r.container))
+        ],
+        "pools": [
+            {
+                "name": p.name,
+                "depth": p.depth,
+                "cpus": str(p.cpus),
+                "sharedCPUs": str(p.shared),
+                "exclusiveCPUs": str(p.exclusive),
+                "free": p.free,
+                "sharedMilliCPU": p.shared_milli,
+                "containers": p.containers,
+                "mems": str(p.mems),
+                "memoryCapacityBytes": p.memory_capacity,
+                "memoryUsedBytes": p.memory_used,
+            }
+            for p in policy.pools()
+        ],
+        "cpus": [
+            {
+                "cpu": c.cpu,
+                "socket": c.socket,
+                "node": c.node,
+                "core": c.core,
+                "isolated": c.isolated,
+                "use": c.use,
+                "holder": c.holder,
+                "runsShared": c.runs_shared,
+            }
+            for c in cells
+        ],
+        "memoryOnlyNodes": list(topology.memory_only_nodes()),
+    }
+
+
+def _container(r: ContainerView) -> dict[str, Any]:
+    return {
+        "namespace": r.namespace,
+        "pod": r.pod,
+        "container": r.container,
+        "containerID": r.container_id,
+        "qos": r.qos,
+        "kind": r.kind,
+        "pool": r.pool,
+        "cpus": r.cpus,
+        "mems": r.mems,
+        "exclusiveCPUs": r.exclusive,
+        "rdtClass": r.rdt_class,
+        "blockioClass": r.blockio_class,
+        "phase": r.phase or None,
+        "problem": r.problem,
+    }

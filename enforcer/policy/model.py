@@ -92,7 +92,13 @@ class PoolView:
 
 
 class PlacementError(Refusal):
-    """A container the policy cannot place: the node has no room for it."""
+    """A container the policy cannot place: the node has no room for it.
 
-    def __init__(self, message: str, reason: Reason = Reason.NO_ROOM) -> None:
+    `nearest_pool`: the pool that came closest (the one the message names as the best), where
+    the policy has pools to compare; None otherwise."""
+
+    def __init__(
+        self, message: str, reason: Reason = Reason.NO_ROOM, *, nearest_pool: str | None = None
+    ) -> None:
         super().__init__(reason, message)
+        self.nearest_pool = nearest_pool

@@ -466,7 +466,7 @@ class TopologyAwarePolicy(Policy):
             shared = self._search_shared(need, siblings)
             if shared is not None:
                 return self._entry(request, need, shared, _EMPTY)
-        raise PlacementError(self._refusal(request, need))
+        raise self._refusal(request, need)
 
     def _search_isolated(self, need: Need, siblings: list[int]) -> tuple[Pool, CPUSet] | None:
         best: tuple[tuple[int, ...], Pool, CPUSet] | None = None
@@ -545,7 +545,7 @@ class TopologyAwarePolicy(Policy):
                 break
         return None if best is None else best[1]
 
-    def _refusal(self, request: ContainerRequest, need: Need) -> str:
+    def _refusal(self, request: ContainerRequest, need: Need) -> PlacementError:
         # The best pool: the most room for what was asked, then the tightest.
         def rank(p: Pool) -> tuple[int, ...]:
             shared = self._shared_room(p)
@@ -558,11 +558,12 @@ class TopologyAwarePolicy(Policy):
         memory = ""
         if best.memory_capacity:
             memory = f" and {format_bytes(self._memory_free(best))} memory"
-        return (
+        return PlacementError(
             f"pod {request.namespace}/{request.pod_name} container {request.container}: "
             f"asked for {need.describe()}; no pool has room: the best, {best.name}, has "
             f"{exclusive} CPU{'' if exclusive == 1 else 's'} free for exclusive use, "
-            f"{shared}m shared CPU{memory} free"
+            f"{shared}m shared CPU{memory} free",
+            nearest_pool=best.name,
         )
 
     # ----- capacity ------------------------------------------------------------------------

@@ -55,10 +55,14 @@ GOOD = """
 def test_a_good_file(tmp_path: Path, disk: Disk) -> None:
     done = check(tmp_path, GOOD.format(disk=disk[0]))
     assert (done.returncode, done.stdout) == (0, f"{tmp_path}/config.yaml: valid\n")
-    # A glob that matches nothing here is a warning (one file serves many nodes).
+    # A glob that matches nothing here is a warning (one file serves many nodes); the checks
+    # that need a machine's description are said to be skipped.
     assert done.stderr == (
         'warning: blockio.Classes.throttled.1.Devices.1: "/dev/no-such-disk*" matches no '
         "device on this machine\n"
+        "note: skipped: the CPU sets (policy.reservedCPUs, policy.availableCPUs) against a "
+        "machine's CPUs: give --sysfs-root DIR (/sys on the node itself)\n"
+        "note: skipped: the rdt section against RDT hardware: give --resctrl-root DIR\n"
     )
 
 
@@ -186,3 +190,78 @@ def test_unreadable_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "cannot read" in done.stdout
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "{}\n"], ids=["empty", "comments", "{}"])
+def test_an_empty_file_is_a_warning_naming_the_defaults(tmp_path: Path, text: str) -> None:
+    done = check(tmp_path, text)
+    assert (done.returncode, done.stdout) == (0, f"{tmp_path}/config.yaml: valid\n")
+    assert done.stderr.splitlines()[0] == (
+        f"warning: {tmp_path}/config.yaml is empty: the defaults apply: policy none (containers "
+        "keep the cpusets kubelet asks for), no reserved CPUs, no RDT or block-I/O classes, "
+        "reserved namespaces kube-system, metrics on 127.0.0.1:8891"
+    )
+
+
+def test_schema_and_hardware_problems_in_one_run(
+    tmp_path: Path,
+    snapshot_roots: dict[str, Path],
+    fake_resctrl: Callable[..., FakeResctrl],
+) -> None:
+    fake = fake_resctrl(ResctrlShape(l3=CacheShape(cbm_mask=0x7FF)))
+    sysfs = snapshot_roots["sample1"]  # 16 CPUs
+    done = check(
+        tmp_path,
+        """
+        policy:
+          name: static
+          reservedCPUs: "0,99"
+          preferSharedCPUs: maybe
+        rdt: {partitions: {p1: {l3Allocation: "0xfff", classes: {gold: {}}}}}
+        blockio: {Classes: {slow: [{Devices: [/dev/null], Weight: 50}]}}
+        metric: {address: ":9000"}
+        """,
+        "--sysfs-root",
+        str(sysfs),
+        "--resctrl-root",
+        str(fake.root),
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        # the schema's ...
+        "policy.preferSharedCPUs: Input should be a valid boolean, unable to interpret input",
+        "metric: Extra inputs are not permitted",
+        # ... and, on what parsed, the hardware's: the machine, its devices, its RDT.
+        "policy.reservedCPUs: CPUs 99 are not available on this machine (available: 0-15)",
+        'blockio.Classes.slow.0.Devices.0: "/dev/null" is a character device, not a block device',
+        "rdt.partitions.p1.l3Allocation: mask 0xfff is wider than this machine's L3 cache "
+        "mask 0x7ff (cbm_mask)",
+    ]
+    assert done.stderr == ""
+
+
+def test_checks_left_out_are_named(tmp_path: Path, snapshot_roots: dict[str, Path]) -> None:
+    sysfs = str(snapshot_roots["sample1"])
+    # A section's own checks find what the schema could not (a mask's shape), beside the
+    # schema's problems elsewhere.
+    done = check(
+        tmp_path,
+        """
+        policy: {reservedCPUs: [0, 1]}
+        rdt: {partitions: {p1: {l3Allocation: "0xf0f"}}}
+        """,
+        "--sysfs-root",
+        sysfs,
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        'policy.reservedCPUs: must be a cpuset such as "0-1" or a CPU quantity such as 2',
+        'rdt.partitions.p1.l3Allocation: "0xf0f" (0xf0f) is not contiguous: a cache mask must '
+        "be one block of consecutive 1 bits",
+    ]
+    # What could not be checked against the machine, and why.
+    assert (
+        f"note: policy.reservedCPUs: not checked against {sysfs} until the problems above are "
+        "fixed\n"
+    ) in done.stderr
+    assert "skipped: the CPU sets" not in done.stderr  # --sysfs-root was given

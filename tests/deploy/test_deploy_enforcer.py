@@ -5,6 +5,7 @@ with the enforcer's command line, the image and the docs."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -337,7 +338,9 @@ def test_dockerfile_agrees_with_the_daemonset(container: dict[str, Any]) -> None
     # The real base by default; tests/images builds on a local one through the build argument.
     assert d["ARG"] == ["BASE_IMAGE=python:3.11-slim"] and d["FROM"] == ["${BASE_IMAGE}"]
     assert exec_form(d["ENTRYPOINT"][-1]) == container["command"] == ["resource-enforcer"]
-    assert exec_form(d["CMD"][-1]) == ["run"]
+    # JSON log lines in the image, as in the DaemonSet (the command line's default is text).
+    assert exec_form(d["CMD"][-1]) == ["run", "--log-format", "json"]
+    assert "--log-format=json" in container["args"]
     assert d["USER"] == ["0:0"]
 
 
@@ -387,3 +390,31 @@ def test_install_guide_covers_the_steps() -> None:
         "resource-enforcer.dev/config-status",
     ):
         assert needed in text, needed
+
+
+def test_the_health_section_names_only_what_exists() -> None:
+    """Every metric the on-call section of the install guide points at is one the programs
+    export, and the annotation and commands it names are the real ones."""
+    from enforcer.metrics import EnforcerMetrics
+    from webhook.metrics import Metrics
+
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text[text.index("## Is it healthy?") :]
+    section = section[: section.index("\n## ", 1)]
+    exported = set()
+    for registry in (EnforcerMetrics().registry, Metrics().registry):
+        for family in registry.collect():
+            # The names scrapes show, whether or not a labelled series exists yet.
+            suffixes = {"counter": ["_total"], "histogram": ["", "_bucket", "_sum", "_count"]}
+            exported.update(family.name + x for x in suffixes.get(family.type, [""]))
+    named = set(re.findall(r"resource_(?:enforcer|webhook)_[a-z_]+", section))
+    assert named and named <= exported, named - exported
+    for needed in (
+        "resource_enforcer_build_info",
+        "resource_webhook_build_info",
+        "resource-enforcer.dev/config-status",
+        "resource-enforcer status",
+        "--output json",
+        "system-cluster-critical",
+    ):
+        assert needed in section, needed

@@ -128,13 +128,41 @@ def test_passthrough_calls_answer_as_the_runtime(
 def test_status_shows_containers_and_the_cpu_map(
     kubelet: KubeletEmulator, enforcer: EnforcerProcess
 ) -> None:
-    kubelet.run_pod(manifest("shown", sleeper(resources=guaranteed("1"))))
+    pod = kubelet.run_pod(manifest("shown", sleeper(resources=guaranteed("1"))))
     out = enforcer.run_cli("status", "--state-dir", enforcer.state_dir)
     assert out.returncode == 0, out.stderr
     assert "policy static" in out.stdout
     row = next(line for line in out.stdout.splitlines() if " shown " in f" {line} ")
     assert "Guaranteed" in row and "exclusive" in row
     assert f"cpu{max(ALL)}=e2e/shown/app" in out.stdout
+
+    # The same as data, for scripts and support tickets.
+    def as_json() -> dict:
+        out = enforcer.run_cli("status", "--state-dir", enforcer.state_dir, "--output", "json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    # Which runtime container is which is written within moments, not at once.
+    wait_for(
+        lambda: any(c["containerID"] for c in as_json()["containers"] if c["pod"] == "shown"),
+        why=lambda: json.dumps(as_json()["containers"]),
+    )
+    shown = as_json()
+    assert shown["policy"] == "static" and shown["reservedCPUs"] == str(RESERVED)
+    [row] = [c for c in shown["containers"] if c["pod"] == "shown"]
+    assert (row["namespace"], row["container"], row["qos"], row["kind"]) == (
+        "e2e",
+        "app",
+        "Guaranteed",
+        "exclusive",
+    )
+    assert row["containerID"] == pod.container_id("app")
+    assert row["phase"] in ("created", "running")
+    assert row["cpus"] == row["exclusiveCPUs"] == str(max(ALL)) and row["problem"] is None
+    by_cpu = {c["cpu"]: c for c in shown["cpus"]}
+    assert sorted(by_cpu) == sorted(ALL)
+    assert (by_cpu[max(ALL)]["use"], by_cpu[max(ALL)]["holder"]) == ("exclusive", "e2e/shown/app")
+    assert by_cpu[min(ALL)]["use"] == "reserved" and by_cpu[min(ALL)]["runsShared"] is True
     state = Path(enforcer.state_dir, "state.json")
     assert oct(state.stat().st_mode & 0o777) == "0o600"
     assert oct(Path(enforcer.state_dir).stat().st_mode & 0o777) == "0o700"

@@ -4,6 +4,7 @@ to real cgroups) and the re-pinning of shared containers as exclusive CPUs come 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,47 @@ def test_one_reserved_of_two_cpus_still_grants_the_other(
         assert CPUSet.parse(cpuset(best_effort, "cpuset.cpus")) == CPUSet.of(SPARE)
         kubelet.remove_pod(pinned)
         assert CPUSet.parse(cpuset(best_effort, "cpuset.cpus")) == CPUSet.of(ONLY)
+
+
+def test_status_of_a_stopped_enforcer_as_json(
+    two_cpu_relay: EnforcerProcess, tmp_path: Path
+) -> None:
+    with KubeletEmulator(two_cpu_relay.relay_socket, log_root=tmp_path / "pods") as kubelet:
+        pinned = kubelet.run_pod(manifest("g1", sleeper(resources=guaranteed("1"))))
+        best_effort = kubelet.run_pod(manifest("be", sleeper()))
+        assert two_cpu_relay.stop() == 0  # the state is saved on the way out
+        try:
+            out = two_cpu_relay.run_cli(
+                "status", "--state-dir", two_cpu_relay.state_dir, "--output", "json"
+            )
+            assert out.returncode == 0, out.stderr
+            shown = json.loads(out.stdout)
+            table = two_cpu_relay.run_cli("status", "--state-dir", two_cpu_relay.state_dir)
+            assert table.returncode == 0 and "e2e/g1/app" in table.stdout, table.stderr
+        finally:
+            two_cpu_relay.start()  # for the pods' removal
+    assert shown["policy"] == "topology-aware"
+    assert (shown["availableCPUs"], shown["reservedCPUs"]) == (
+        str(CPUSet.of(SPARE, ONLY)),
+        str(SPARE),
+    )
+    rows = {c["pod"]: c for c in shown["containers"]}
+    assert rows["g1"]["containerID"] == pinned.container_id("app")
+    assert rows["be"]["containerID"] == best_effort.container_id("app")
+    assert (rows["g1"]["qos"], rows["g1"]["kind"], rows["g1"]["exclusiveCPUs"]) == (
+        "Guaranteed",
+        "exclusive",
+        str(ONLY),
+    )
+    assert (rows["be"]["qos"], rows["be"]["cpus"], rows["be"]["exclusiveCPUs"]) == (
+        "BestEffort",
+        str(SPARE),
+        "",
+    )
+    assert [p["name"] for p in shown["pools"]] == ["root"]
+    by_cpu = {c["cpu"]: c for c in shown["cpus"]}
+    assert (by_cpu[ONLY]["use"], by_cpu[ONLY]["holder"]) == ("exclusive", "e2e/g1/app")
+    assert (by_cpu[SPARE]["use"], by_cpu[SPARE]["holder"]) == ("reserved", None)
+    others = set(by_cpu) - {SPARE, ONLY}
+    assert all(by_cpu[c]["use"] == "unavailable" for c in others)
+    assert all({"socket", "node", "core"} <= set(by_cpu[c]) for c in by_cpu)

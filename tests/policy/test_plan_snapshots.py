@@ -216,6 +216,9 @@ def test_plan_on_server_matches_the_hand_worked_answer(
     [refused] = [r for r in rows if r["error"] is not None]
     assert (refused["pod"], refused["error"]) == ("trainer", TRAINER_ERROR)
     assert refused["cpus"] is None
+    # Refused, yet its QoS class is known (from the pod spec), and the pool that came closest
+    # is the one the message names.
+    assert (refused["qos"], refused["pool"], refused["balloon"]) == ("Guaranteed", "root", None)
     # What the pool view says afterwards.
     views = {v.name: v for v in policy.pools()}
     assert len(views["socket1/node3"].exclusive) == 16
@@ -285,13 +288,14 @@ def test_plan_through_the_console_script(
         "--pods",
         str(tmp_path / "pods.yaml"),
     ]
+    # Exit 2: the trainer could not be placed (a CI job gates a rollout on it).
     as_json = subprocess.run([*args, "--format", "json"], capture_output=True, text=True)
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.returncode == 2, as_json.stderr
     _, rows = plan(parse_config(SERVER_CONFIG), topologies["server"], pods())
     assert json.loads(as_json.stdout) == rows
 
     table = subprocess.run([*args, "--format", "table"], capture_output=True, text=True)
-    assert table.returncode == 0, table.stderr
+    assert table.returncode == 2, table.stderr
     lines = table.stdout.splitlines()
     assert f"NOT PLACED ml/trainer/train: {TRAINER_ERROR}" in lines
     # The pool tree, children indented under their parents, with the counts worked out above.

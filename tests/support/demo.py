@@ -186,7 +186,7 @@ def show_plan_instead(reason: str) -> int:
         config.write_text(config.read_text().replace('reservedCPUs: "0"', "reservedCPUs: 2"))
         pods = Path(tmp) / "pods.yaml"
         pods.write_text("---\n".join(json.dumps(p) + "\n" for p in PODS))
-        return subprocess.run(
+        done = subprocess.run(
             [
                 console_script("resource-enforcer"),
                 "plan",
@@ -199,7 +199,9 @@ def show_plan_instead(reason: str) -> int:
                 "--format",
                 "table",
             ],
-        ).returncode
+        )
+        # 2: some containers did not fit; the table shows which, as the demo means it to.
+        return 0 if done.returncode == 2 else done.returncode
 
 
 def cgroup_line(pod: Any, controller: str, file: str) -> str:

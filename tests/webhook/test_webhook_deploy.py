@@ -156,6 +156,12 @@ def test_deployment(rendered: dict[str, dict[str, Any]]) -> None:
     assert args[args.index("--tls-cert") + 1] == f"{mounts['tls']}/tls.crt"
     assert args[args.index("--tls-key") + 1] == f"{mounts['tls']}/tls.key"
     assert args[args.index("--port") + 1] == "8443"
+    assert args[args.index("--log-format") + 1] == "json"
+    # failurePolicy Fail: an evicted webhook blocks every pod creation, so it is scheduled and
+    # kept like the cluster's own add-ons, and a drain never takes both replicas.
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    pdb = rendered["PodDisruptionBudget"]["spec"]
+    assert pdb["minAvailable"] == 1 < deployment["spec"]["replicas"]
 
 
 def test_the_opt_out_label_is_documented() -> None:

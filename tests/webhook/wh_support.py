@@ -356,9 +356,12 @@ class WebhookServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited {self.process.returncode}:\n{self.log()}")
-            match = re.search(r'"msg": "serving".*?"port": (\d+)', self.log())
+            # JSON lines (the default) or text (--log-format text).
+            match = re.search(
+                r'"msg": "serving".*?"port": (\d+)|: serving .*?port=(\d+)', self.log()
+            )
             if match:
-                return int(match.group(1))
+                return int(match.group(1) or match.group(2))
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"server did not start:\n{self.log()}")

@@ -1,0 +1,166 @@
+"""The pods a manifest file stands for: Pods, and the pod templates of workloads, replicas honoured.
+
+Reads multi-document YAML or a `kind: List`. A Deployment, StatefulSet or ReplicaSet stands for
+`spec.replicas` pods (default 1), a Job for `spec.parallelism` pods (default 1; no more than
+`spec.completions` when that is smaller), a CronJob for one run of its job template, a DaemonSet
+for one pod (the one this node would run). The pods of a workload `W` are named `W-0`, `W-1`, ...
+in the workload's namespace. Anything else is refused with a message naming the file, the
+document and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from resource_contract.quantities import parse_quantity
+
+Pod = Mapping[str, Any]
+
+# kind -> path of its pod template under the object, and the field that counts its pods
+# (None: one pod).
+_WORKLOADS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
+    "Deployment": (("spec", "template"), ("spec", "replicas")),
+    "StatefulSet": (("spec", "template"), ("spec", "replicas")),
+    "ReplicaSet": (("spec", "template"), ("spec", "replicas")),
+    "DaemonSet": (("spec", "template"), None),
+    "Job": (("spec", "template"), ("spec", "parallelism")),
+    "CronJob": (("spec", "jobTemplate", "spec", "template"), ("spec", "jobTemplate", "spec")),
+}
+KINDS = ("Pod", *_WORKLOADS)
+
+
+class PlanInputError(ValueError):
+    """A manifest file `plan` cannot use; the message names the file, document and field."""
+
+
+def load_pods(path: str) -> list[Pod]:
+    """The pods of every document, in file order."""
+    try:
+        with open(path) as f:
+            documents = [d for d in yaml.safe_load_all(f) if d is not None]
+    except OSError as exc:
+        raise PlanInputError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
+    pods: list[Pod] = []
+    for index, doc in enumerate(documents):
+        is_list = isinstance(doc, dict) and doc.get("kind") == "List"
+        items = (doc.get("items") or []) if is_list else [doc]
+        if not isinstance(items, list):
+            raise PlanInputError(f"{path}: document {index}: items must be a list")
+        for item_index, item in enumerate(items):
+            where = f"{path}: document {index}" + (f" items[{item_index}]" if is_list else "")
+            pods.extend(pods_of(item, where))
+    return pods
+
+
+def pods_of(item: Any, where: str) -> list[Pod]:
+    """The pods one object stands for; PlanInputError naming `where` and the field."""
+    kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+    if kind not in KINDS:
+        raise PlanInputError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        raise PlanInputError(f"{where}: metadata.name is missing")
+    namespace = metadata.get("namespace", "default")
+    if not isinstance(namespace, str):
+        raise PlanInputError(f"{where}: metadata.namespace must be a string")
+    if kind == "Pod":
+        _check_spec(item.get("spec"), where, "spec")
+        return [item]
+    template_path, count_path = _WORKLOADS[kind]
+    template = _at(item, template_path)
+    prefix = ".".join(template_path)
+    if not isinstance(template, dict):
+        raise PlanInputError(f"{where}: {prefix} is missing")
+    _check_spec(template.get("spec"), where, f"{prefix}.spec")
+    template_meta = template.get("metadata") or {}
+    if not isinstance(template_meta, dict):
+        raise PlanInputError(f"{where}: {prefix}.metadata must be a mapping")
+    count = _count(item, kind, count_path, where)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **{k: v for k, v in template_meta.items() if k in ("labels", "annotations")},
+                "name": f"{metadata['name']}-{i}",
+                "namespace": namespace,
+            },
+            "spec": template["spec"],
+        }
+        for i in range(count)
+    ]
+
+
+def _at(item: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = item
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _count(item: Mapping[str, Any], kind: str, path: tuple[str, ...] | None, where: str) -> int:
+    if path is None:  # a DaemonSet: one pod on this node
+        return 1
+    if kind == "CronJob":  # one run of its Job
+        job = _at(item, path) or {}
+        return _job_pods(job, where, ".".join(path))
+    if kind == "Job":
+        return _job_pods(item.get("spec") or {}, where, "spec")
+    return _non_negative(_at(item, path), where, ".".join(path))
+
+
+def _job_pods(job_spec: Any, where: str, prefix: str) -> int:
+    """A Job runs `parallelism` pods at once, never more than its `completions`."""
+    if not isinstance(job_spec, dict):
+        raise PlanInputError(f"{where}: {prefix} must be a mapping")
+    parallel = _non_negative(job_spec.get("parallelism"), where, f"{prefix}.parallelism")
+    if job_spec.get("completions") is None:
+        return parallel
+    completions = _non_negative(job_spec["completions"], where, f"{prefix}.completions")
+    return min(parallel, completions)
+
+
+def _non_negative(value: Any, where: str, field: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanInputError(
+            f"{where}: {field}: expected a whole number of 0 or more, got {value!r}"
+        )
+    return value
+
+
+def _check_spec(spec: Any, where: str, prefix: str) -> None:
+    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list):
+        raise PlanInputError(f"{where}: {prefix}.containers must be a list")
+    for field in ("initContainers", "containers"):
+        containers = spec.get(field) or []
+        if not isinstance(containers, list):
+            raise PlanInputError(f"{where}: {prefix}.{field} must be a list")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise PlanInputError(f"{where}: {prefix}.{field}[{i}].name is missing")
+            _check_resources(c.get("resources"), where, f"{prefix}.{field}[{i}].resources")
+
+
+def _check_resources(resources: Any, where: str, prefix: str) -> None:
+    """Quantities the API server would refuse are refused here too (the QoS class, which every
+    row shows, cannot be worked out without them)."""
+    if resources is None:
+        return
+    if not isinstance(resources, dict):
+        raise PlanInputError(f"{where}: {prefix} must be a mapping")
+    for kind in ("requests", "limits"):
+        quantities = resources.get(kind) or {}
+        if not isinstance(quantities, dict):
+            raise PlanInputError(f"{where}: {prefix}.{kind} must be a mapping")
+        for name, value in quantities.items():
+            try:
+                parse_quantity(value)
+            except ValueError as exc:
+                raise PlanInputError(f"{where}: {prefix}.{kind}.{name}: {exc}") from None
