@@ -17,7 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from resource_contract.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+from resource_contract.classes import (
+    CLASS_NAME_PATTERN,
+    ClassAccess,
+    ClassKind,
+    reserved_name_problem,
+)
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -51,8 +56,12 @@ class _Strict(BaseModel):
 
 
 def _check_class_name(name: str) -> str:
+    """An RDT class name: the pattern, and none of the kernel's own names in resctrl."""
     if name != RDT_ROOT_CLASS and not _CLASS_NAME.fullmatch(name):
         raise ValueError(f'class name "{name}" must match {CLASS_NAME_PATTERN}')
+    reserved = reserved_name_problem("rdt", name)
+    if reserved is not None:
+        raise ValueError(f"class name {reserved}")
     return name
 
 
