@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from enforcer.options import RunOptions
+from enforcer.options import DEFAULT_METRICS_ADDRESS, RunOptions
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +28,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resctrl-root", default=d.resctrl_root, metavar="DIR")
     p.add_argument(
         "--metrics-address",
-        default=d.metrics_address,
+        default=None,
         metavar="HOST:PORT",
-        help="empty: no metrics endpoint",
+        help=f"empty: no metrics endpoint (default: the configuration's metrics.address, "
+        f"else {DEFAULT_METRICS_ADDRESS})",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     cluster = p.add_argument_group(

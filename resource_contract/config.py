@@ -218,8 +218,22 @@ class PreferenceAccessConfig(BaseModel):
         }
 
 
+def is_host_port(address: str) -> bool:
+    """`HOST:PORT` (HOST may be empty or `[v6]`), or empty (no endpoint)."""
+    _host, sep, port = address.rpartition(":")
+    return not address or bool(sep and port.isdigit() and int(port) < 65536)
+
+
 class MetricsConfig(_Strict):
+    # Used when `--metrics-address` is not given; read at start (a restart moves it).
     address: str = "127.0.0.1:8891"
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, address: str) -> str:
+        if not is_host_port(address):
+            raise ValueError(f'"{address}" is not HOST:PORT (or empty: no endpoint)')
+        return address
 
 
 class VerifyConfig(_Strict):

@@ -37,7 +37,7 @@ from enforcer.relay.service import CRIService
 from enforcer.runtime import RuntimeClient
 from enforcer.state import StateStore
 from enforcer.topology import Topology, TopologyError, read_topology
-from resource_contract.config import ConfigError
+from resource_contract.config import ConfigError, is_host_port
 from resource_contract.quantities import parse_quantity
 
 log = logging.getLogger("enforcer")
@@ -53,8 +53,7 @@ def _socket_path(value: str) -> str:
 
 
 def _check_address(address: str) -> None:
-    _host, sep, port = address.rpartition(":")
-    if address and not (sep and port.isdigit() and int(port) < 65536):
+    if not is_host_port(address):
         raise StartError(f"--metrics-address {address!r} is not HOST:PORT")
 
 
@@ -94,7 +93,8 @@ async def run(options: RunOptions) -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload.set)
     try:
-        _check_address(options.metrics_address)
+        if options.metrics_address is not None:
+            _check_address(options.metrics_address)
         cluster = cluster_settings(options)
         topology = read_topology(options.sysfs_root)
         lock = handover.StateLock(options.state_dir)
@@ -172,7 +172,13 @@ async def run(options: RunOptions) -> int:
         enforcer.config.policy.name,
         start.source,
     )
-    metrics_server = MetricsEndpoint(options.metrics_address, metrics, server)
+    # The flag when given, else the configuration's metrics.address (read at start).
+    metrics_address = (
+        options.metrics_address
+        if options.metrics_address is not None
+        else start.config.metrics.address
+    )
+    metrics_server = MetricsEndpoint(metrics_address, metrics, server)
     metrics_server.start()
     health = HealthFile(options.health_file)
     heartbeat = asyncio.create_task(
@@ -190,7 +196,9 @@ async def run(options: RunOptions) -> int:
     # The quantity parser's import (~0.4 s) is paid on the worker now, once the relay serves,
     # rather than by the first CreateContainer.
     tasks.append(asyncio.ensure_future(service.run(parse_quantity, "1")))
-    tasks.append(asyncio.create_task(_reconcile_until_done(service, enforcer, stop)))
+    tasks.append(
+        asyncio.create_task(_reconcile_until_done(service, enforcer, stop, metrics_server))
+    )
     tasks.append(asyncio.create_task(service.maintain_forever()))
     if options.config:
         tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
@@ -245,14 +253,17 @@ async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) ->
 
 
 async def _reconcile_until_done(
-    service: CRIService, enforcer: Enforcer, stop: asyncio.Event
+    service: CRIService, enforcer: Enforcer, stop: asyncio.Event, health: MetricsEndpoint
 ) -> None:
-    """The runtime may start after us (or be restarting): retry until it answers."""
+    """The runtime may start after us (or be restarting): retry until it answers. /healthz
+    says not ready while the last attempt failed."""
     while not stop.is_set():
         try:
             await service.run(enforcer.reconcile)
+            health.reconcile_failed = None
             return
         except RuntimeAway as exc:
+            health.reconcile_failed = str(exc)
             log.warning(
                 "cannot reconcile with the runtime yet (%s); retrying in %.0fs",
                 exc,
