@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from enforcer.build import version
 from enforcer.logs import FORMATS, setup_logging
-from enforcer.options import RunOptions
+from enforcer.options import DEFAULT_METRICS_ADDRESS, RunOptions
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -29,9 +29,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resctrl-root", default=d.resctrl_root, metavar="DIR")
     p.add_argument(
         "--metrics-address",
-        default=d.metrics_address,
+        default=None,
         metavar="HOST:PORT",
-        help="empty: no metrics endpoint",
+        help=f"empty: no metrics endpoint (default: the configuration's metrics.address, "
+        f"else {DEFAULT_METRICS_ADDRESS})",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument(

@@ -1,23 +1,59 @@
-"""The enforcer's Prometheus metrics and its small HTTP endpoint (/metrics, /healthz)."""
+"""The enforcer's Prometheus metrics. No label value comes from a peer: CRI methods are named
+from the CRI's own list (`CRI_METHODS`), anything else is counted as `other`. The HTTP endpoint
+that serves them is `enforcer.app.metrics_server`."""
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from enforcer.build import version
+
+# The methods of runtime.v1.RuntimeService and runtime.v1.ImageService (k8s.io/cri-api); a
+# test keeps this list in step with proto/. Any other path a client sends is "other": the
+# relay passes every call through, so the paths are whatever a peer chooses to send.
+_RUNTIME_METHODS = (
+    "Version",
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "StopContainer",
+    "RemoveContainer",
+    "ListContainers",
+    "ContainerStatus",
+    "UpdateContainerResources",
+    "ReopenContainerLog",
+    "ExecSync",
+    "Exec",
+    "Attach",
+    "PortForward",
+    "ContainerStats",
+    "ListContainerStats",
+    "PodSandboxStats",
+    "ListPodSandboxStats",
+    "UpdateRuntimeConfig",
+    "Status",
+    "CheckpointContainer",
+    "GetContainerEvents",
+    "ListMetricDescriptors",
+    "ListPodSandboxMetrics",
+    "RuntimeConfig",
+    "UpdatePodSandboxResources",
+)
+_IMAGE_METHODS = ("ListImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo")
+CRI_METHODS: dict[str, str] = {
+    **{f"/runtime.v1.RuntimeService/{m}": m for m in _RUNTIME_METHODS},
+    **{f"/runtime.v1.ImageService/{m}": m for m in _IMAGE_METHODS},
+}
+OTHER_METHOD = "other"
+# gRPC status codes are 0-16; anything else a peer made up is counted as -1.
+_GRPC_CODES = range(17)
+
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 
@@ -104,72 +140,18 @@ class EnforcerMetrics:
         )
         self.build_info.labels(version()).set(1)
 
-        # (method path, code) -> its counter and histogram children: observe_call runs on the
+        # (method name, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.
+        # Bounded: (len(CRI_METHODS) + 1) x 18 keys at most.
         self._call_children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe_call(self, method: str, code: int, seconds: float) -> None:
-        children = self._call_children.get((method, code))
+        name = CRI_METHODS.get(method, OTHER_METHOD)
+        if code not in _GRPC_CODES:
+            code = -1
+        children = self._call_children.get((name, code))
         if children is None:
-            name = method.rsplit("/", 1)[-1]
             children = (self.cri_calls.labels(name, str(code)), self.cri_seconds.labels(name))
-            if len(self._call_children) < 1024:  # unknown methods must not grow it unbounded
-                self._call_children[(method, code)] = children
+            self._call_children[(name, code)] = children
         children[0].inc()
         children[1].observe(seconds)
-
-
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-class MetricsServer:
-    """GET /metrics and /healthz on host:port, in a daemon thread."""
-
-    def __init__(
-        self, address: str, metrics: EnforcerMetrics, healthy: Callable[[], bool] = lambda: True
-    ) -> None:
-        host, _, port = address.rpartition(":")
-        registry = metrics.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] == "/metrics":
-                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-                elif self.path == "/healthz":
-                    ok = healthy()
-                    body, ctype, code = (
-                        (b"ok\n" if ok else b"unhealthy\n"),
-                        "text/plain",
-                        (200 if ok else 503),
-                    )
-                else:
-                    body, ctype, code = b"not found\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass  # scrapes every few seconds would drown the log
-
-        host = host.strip("[]") or "0.0.0.0"
-        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
-        self.server = server_class((host, int(port)), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, daemon=True, name="metrics"
-        )
-
-    @property
-    def port(self) -> int:
-        return self.server.server_address[1]
-
-    def start(self) -> MetricsServer:
-        self.thread.start()
-        return self
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

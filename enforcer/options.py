@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_NAMESPACE = "resource-enforcer"
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:8891"  # as resource_contract.config.MetricsConfig's
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class RunOptions:
     sysfs_root: str = "/sys"
     cgroupfs_root: str = "/sys/fs/cgroup"
     resctrl_root: str = "/sys/fs/resctrl"
-    metrics_address: str = "127.0.0.1:8891"
+    # None: not given on the command line; the configuration's metrics.address then (its
+    # default: DEFAULT_METRICS_ADDRESS). Empty: no endpoint.
+    metrics_address: str | None = None
     # Configuration from the cluster (docs/enforcer.md): auto = on when a node name and API
     # credentials (--kubeconfig, or a pod's service account) are at hand.
     cluster_config: str = "auto"  # auto | on | off

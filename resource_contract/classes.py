@@ -19,6 +19,35 @@ CLASS_KINDS: tuple[ClassKind, ...] = ("rdt", "blockio")
 
 CLASS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
+# What the kernel keeps in the resctrl root (Documentation/filesystems/resctrl.rst): the
+# folders `info`, `mon_groups` and `mon_data`, and the files of the root group. An RDT class
+# becomes a folder there, so none of these names can be a class (resctrl is case-sensitive).
+RESCTRL_RESERVED_NAMES = frozenset(
+    {
+        "info",
+        "mon_groups",
+        "mon_data",
+        "tasks",
+        "cpus",
+        "cpus_list",
+        "schemata",
+        "mode",
+        "size",
+        "ctrl_hw_id",
+        "mon_hw_id",
+    }
+)
+
+
+def reserved_name_problem(kind: str, name: str) -> str | None:
+    """Why `name` cannot be a `kind` class although it matches the pattern; None if it can."""
+    if kind == "rdt" and name in RESCTRL_RESERVED_NAMES:
+        return (
+            f'"{name}" is reserved by the kernel in resctrl; RDT class names may not be '
+            f"{', '.join(sorted(RESCTRL_RESERVED_NAMES))}"
+        )
+    return None
+
 
 # Per kind: our key prefix, and the Kubernetes-beta domain that has no prefix of its own.
 _PREFIX: dict[ClassKind, str] = {"rdt": "rdtclass", "blockio": "blockioclass"}
@@ -101,7 +130,7 @@ class ClassRequestError(ValueError):
         return self.reason == "forbidden"
 
 
-def _check_name(key: str, value: str) -> None:
+def _check_name(key: str, value: str, kind: ClassKind) -> None:
     if not _CLASS_NAME.fullmatch(value):
         raise ClassRequestError(
             "malformed",
@@ -109,6 +138,11 @@ def _check_name(key: str, value: str) -> None:
             f"it must match {CLASS_NAME_PATTERN}",
             key=key,
             value=value,
+        )
+    reserved = reserved_name_problem(kind, value)
+    if reserved is not None:
+        raise ClassRequestError(
+            "malformed", f'annotation "{key}": class name {reserved}', key=key, value=value
         )
 
 
@@ -137,7 +171,7 @@ def resolve_class(
         if key not in annotations:
             continue
         value = annotations[key]
-        _check_name(key, value)
+        _check_name(key, value, kind)
         if configured is not None and value not in configured:
             raise ClassRequestError(
                 "unknown",
@@ -167,14 +201,16 @@ def resolve_class(
 def validate_class_annotations(annotations: Mapping[str, str]) -> None:
     """Refuses a malformed class name in any class annotation, for any container."""
     for key, value in annotations.items():
-        if is_class_key(key) is not None:
-            _check_name(key, value)
+        kind = is_class_key(key)
+        if kind is not None:
+            _check_name(key, value, kind)
 
 
 __all__ = [
     "CLASS_KINDS",
     "CLASS_NAME_PATTERN",
     "QOS_CLASSES",
+    "RESCTRL_RESERVED_NAMES",
     "ClassAccess",
     "ClassKind",
     "ClassRequest",
@@ -184,6 +220,7 @@ __all__ = [
     "is_class_key",
     "is_runtime_class_key",
     "pod_key",
+    "reserved_name_problem",
     "resolve_class",
     "validate_class_annotations",
 ]

@@ -17,7 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from resource_contract.classes import CLASS_NAME_PATTERN, ClassAccess, ClassKind
+from resource_contract.classes import (
+    CLASS_NAME_PATTERN,
+    ClassAccess,
+    ClassKind,
+    reserved_name_problem,
+)
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -51,8 +56,12 @@ class _Strict(BaseModel):
 
 
 def _check_class_name(name: str) -> str:
+    """An RDT class name: the pattern, and none of the kernel's own names in resctrl."""
     if name != RDT_ROOT_CLASS and not _CLASS_NAME.fullmatch(name):
         raise ValueError(f'class name "{name}" must match {CLASS_NAME_PATTERN}')
+    reserved = reserved_name_problem("rdt", name)
+    if reserved is not None:
+        raise ValueError(f"class name {reserved}")
     return name
 
 
@@ -209,8 +218,22 @@ class PreferenceAccessConfig(BaseModel):
         }
 
 
+def is_host_port(address: str) -> bool:
+    """`HOST:PORT` (HOST may be empty or `[v6]`), or empty (no endpoint)."""
+    _host, sep, port = address.rpartition(":")
+    return not address or bool(sep and port.isdigit() and int(port) < 65536)
+
+
 class MetricsConfig(_Strict):
+    # Used when `--metrics-address` is not given; read at start (a restart moves it).
     address: str = "127.0.0.1:8891"
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, address: str) -> str:
+        if not is_host_port(address):
+            raise ValueError(f'"{address}" is not HOST:PORT (or empty: no endpoint)')
+        return address
 
 
 class VerifyConfig(_Strict):

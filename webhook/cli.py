@@ -8,7 +8,21 @@ import sys
 from collections.abc import Sequence
 
 from webhook.build import version
+from webhook.cache import DEFAULT_CACHE_BYTES
 from webhook.logs import FORMATS, LEVELS, setup_logging
+
+
+def _byte_size(text: str) -> int:
+    """A size in bytes, as a Kubernetes quantity: `33554432`, `32Mi`, `0` (no cache)."""
+    from resource_contract.quantities import parse_quantity
+
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
+    return int(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
         "--config",
         metavar="FILE",
         help="the enforcer's configuration, to check class names, classAccess and preferenceAccess",
+    )
+    serve.add_argument(
+        "--cache-bytes",
+        type=_byte_size,
+        default=DEFAULT_CACHE_BYTES,
+        metavar="SIZE",
+        help="memory for memoized annotations and patches, in bytes or as a quantity "
+        "(32Mi; 0: none)",
     )
     serve.add_argument("--log-level", default="info", choices=LEVELS)
     serve.add_argument(
@@ -85,7 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    app = create_app(config, metrics=metrics)
+    app = create_app(config, metrics=metrics, cache_bytes=args.cache_bytes)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
@@ -96,6 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
         extra={
             "fields": {
                 "config": args.config,
+                "cache_bytes": args.cache_bytes,
                 "rdt_classes": sorted(config.configured_classes("rdt")) if config else None,
                 "blockio_classes": sorted(config.configured_classes("blockio")) if config else None,
                 "preference_access": dict(config.preference_access().rules) if config else None,

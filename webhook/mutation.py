@@ -2,21 +2,22 @@
 
 The pod arrives as the plain dict of the AdmissionReview, already checked for shape by
 `webhook.admission`. The annotation itself is the contract's (`resource_contract.pod_annotation`);
-it depends only on a small, hashable part of the pod, so `Mutator` memoizes it: the replicas of
-one Deployment cost one computation. A second pass over the pod it produced yields the same
-annotation (required by `reinvocationPolicy: IfNeeded`).
+it depends only on a small, hashable part of the pod, so `Mutator` memoizes it, in a cache
+bounded in bytes (`webhook.cache`): the replicas of one Deployment cost one computation. A
+second pass over the pod it produced yields the same annotation (required by
+`reinvocationPolicy: IfNeeded`).
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import PodInput, Policy, compute_annotation, pod_input
+from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
 
@@ -69,12 +70,14 @@ class Mutation(NamedTuple):
 
 
 class Mutator:
-    """`mutate` with memoized annotations and encoded patches, for one Policy."""
+    """`mutate` with memoized annotations and encoded patches, for one Policy. Both share one
+    cache of at most `cache_bytes` (0: nothing memoized)."""
 
-    def __init__(self, policy: Policy | None = None, *, cache_size: int = 1024) -> None:
+    def __init__(
+        self, policy: Policy | None = None, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
         self.policy = policy or Policy()
-        self._annotation = functools.lru_cache(maxsize=cache_size)(self._compute)
-        self._encoded = functools.lru_cache(maxsize=cache_size)(self._encode)
+        self.cache = ByteLRU(cache_bytes)
 
     def _compute(self, pod: PodInput) -> str:
         return compute_annotation(pod, self.policy)
@@ -84,7 +87,10 @@ class Mutator:
         return base64.b64encode(patch_json(patch_for(shape, value)).encode()).decode()
 
     def annotation(self, pod: Mapping[str, Any], namespace: str) -> str:
-        return self._annotation(pod_input(pod, namespace))
+        key = pod_input(pod, namespace)
+        # A Denial raised by the computation propagates and is not kept.
+        value: str = self.cache.get_or_compute(key, lambda: self._compute(key))
+        return value
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
         value = self.annotation(pod, namespace)
@@ -92,9 +98,12 @@ class Mutator:
         if existing == value:
             return Mutation(value, [], None, None)
         shape = patch_shape(pod)
-        return Mutation(value, patch_for(shape, value), self._encoded(shape, value), existing)
+        encoded: str = self.cache.get_or_compute(
+            ("patch", shape, value), lambda: self._encode(shape, value)
+        )
+        return Mutation(value, patch_for(shape, value), encoded, existing)
 
 
 def mutate_pod(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> Mutation:
     """One pod, uncached (tests and tools)."""
-    return Mutator(policy, cache_size=0).mutate(pod, namespace)
+    return Mutator(policy, cache_bytes=0).mutate(pod, namespace)

@@ -1,5 +1,6 @@
 """Runs an ASGI app on uvicorn over the reloading TLS context. Shared by `serve` and the
-benchmark's bare app, so both are measured over the very same TLS and HTTP setup."""
+benchmark's bare app, so both are measured over the very same TLS and HTTP setup, with the
+same bounds on connections and on the time to send a request (`webhook.guard`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from typing import Any
 
 import uvicorn
 
+from webhook.guard import (
+    MAX_CONNECTIONS,
+    TLS_HANDSHAKE_SECONDS,
+    TLS_SHUTDOWN_SECONDS,
+    ConnectionGate,
+    RequestDeadline,
+    shrink_tls_read_buffer,
+)
 from webhook.tls import ReloadingTLS
 
 log = logging.getLogger("webhook.server")
@@ -35,13 +44,33 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, with a shutdown that does not wait on idle TLS connections.
+    """uvicorn, behind a connection gate, with TLS handshake and shutdown timeouts, and with a
+    shutdown that does not wait on idle TLS connections.
 
     Closing a TLS connection waits for the peer's close_notify (asyncio gives it 30 s); a
     client idling on a keep-alive connection never sends it, so each would hold shutdown up
     until uvicorn's graceful timeout. Connections with no request in flight and nothing left
     to send are cut instead; requests in flight finish first.
     """
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn makes the listening server itself, with asyncio's defaults (60 s for a TLS
+        # handshake, no limit on connections): its call is given ours instead.
+        loop = asyncio.get_running_loop()
+        self.gate = ConnectionGate(self.server_state.connections)
+        create_server = loop.create_server
+
+        async def guarded(factory: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", TLS_HANDSHAKE_SECONDS)
+                kwargs.setdefault("ssl_shutdown_timeout", TLS_SHUTDOWN_SECONDS)
+            return await create_server(self.gate.wrap(factory), *args, **kwargs)
+
+        loop.create_server = guarded  # type: ignore[method-assign, assignment]
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server  # the loop's own method again
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in getattr(self, "servers", []):
@@ -83,9 +112,14 @@ def run(app: Any, sock: socket.socket, tls: ReloadingTLS, *, log_level: str = "i
         lifespan="on",
         ws="none",
         server_header=False,
+        http=RequestDeadline,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # Requests in flight and connections, as the gate counts them: the next request is
+        # answered 503 (the gate refuses the next connection before that).
+        limit_concurrency=MAX_CONNECTIONS,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
+    shrink_tls_read_buffer()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_quietly)
     # Everything loaded so far lives as long as the process: keep it out of the garbage

@@ -1,6 +1,7 @@
 """The daemon's /metrics and /healthz, bound in the background while the port is taken.
 
-The server itself is ``enforcer.metrics.MetricsServer``.
+The server itself is ``enforcer.app.metrics_server.MetricsServer``. /healthz says not ready
+while the relay does not listen or the last reconciliation with the runtime failed.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import asyncio
 import errno
 import logging
 
-from enforcer.metrics import EnforcerMetrics, MetricsServer
+from enforcer.app.metrics_server import MetricsServer
+from enforcer.metrics import EnforcerMetrics
 from enforcer.relay.h2 import RelayServer
 
 log = logging.getLogger("enforcer")
@@ -28,13 +30,23 @@ class MetricsEndpoint:
         self.relay = relay
         self.server: MetricsServer | None = None
         self._task: asyncio.Task[None] | None = None
+        # Set by the reconciliation loop: why the last attempt failed, None once it succeeded.
+        self.reconcile_failed: str | None = None
 
     def healthy(self) -> bool:
-        return self.relay.listening
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
+        """Why /healthz answers 503; None when it answers ok."""
+        if not self.relay.listening:
+            return "the relay does not listen"
+        if self.reconcile_failed is not None:
+            return f"the last reconciliation with the runtime failed: {self.reconcile_failed}"
+        return None
 
     def _try(self) -> OSError | None:
         try:
-            self.server = MetricsServer(self.address, self.metrics, self.healthy).start()
+            self.server = MetricsServer(self.address, self.metrics, self.not_ready).start()
         except OSError as exc:
             return exc
         log.info("metrics on http://%s/metrics", self.address)

@@ -36,7 +36,7 @@ from enforcer.relay.service import CRIService
 from enforcer.runtime import RuntimeClient
 from enforcer.state import StateStore
 from enforcer.topology import Topology, TopologyError, read_topology
-from resource_contract.config import ConfigError
+from resource_contract.config import ConfigError, is_host_port
 from resource_contract.quantities import parse_quantity
 
 log = logging.getLogger("enforcer")
@@ -51,8 +51,7 @@ def _socket_path(value: str) -> str:
 
 
 def _check_address(address: str) -> None:
-    _host, sep, port = address.rpartition(":")
-    if address and not (sep and port.isdigit() and int(port) < 65536):
+    if not is_host_port(address):
         raise StartError(f"--metrics-address {address!r} is not HOST:PORT")
 
 
@@ -92,7 +91,8 @@ async def run(options: RunOptions) -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload.set)
     try:
-        _check_address(options.metrics_address)
+        if options.metrics_address is not None:
+            _check_address(options.metrics_address)
         cluster = cluster_settings(options)
         topology = read_topology(options.sysfs_root)
         lock = handover.StateLock(options.state_dir)
@@ -179,7 +179,13 @@ async def run(options: RunOptions) -> int:
         enforcer.config.policy.name,
         start.source,
     )
-    metrics_server = MetricsEndpoint(options.metrics_address, metrics, server)
+    # The flag when given, else the configuration's metrics.address (read at start).
+    metrics_address = (
+        options.metrics_address
+        if options.metrics_address is not None
+        else start.config.metrics.address
+    )
+    metrics_server = MetricsEndpoint(metrics_address, metrics, server)
     metrics_server.start()
     health = HealthFile(options.health_file)
     heartbeat = asyncio.create_task(
@@ -204,7 +210,9 @@ async def run(options: RunOptions) -> int:
     # The quantity parser's import (~0.4 s) is paid on the worker now, once the relay serves,
     # rather than by the first CreateContainer.
     tasks.append(asyncio.ensure_future(service.run(parse_quantity, "1")))
-    tasks.append(asyncio.create_task(_reconcile_until_done(service, enforcer, store, stop)))
+    tasks.append(
+        asyncio.create_task(_reconcile_until_done(service, enforcer, store, stop, metrics_server))
+    )
     tasks.append(asyncio.create_task(service.maintain_forever()))
     if options.config:
         tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
@@ -262,10 +270,15 @@ async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) ->
 
 
 async def _reconcile_until_done(
-    service: CRIService, enforcer: Enforcer, store: StateStore, stop: asyncio.Event
+    service: CRIService,
+    enforcer: Enforcer,
+    store: StateStore,
+    stop: asyncio.Event,
+    health: MetricsEndpoint,
 ) -> None:
     """The runtime may start after us (or be restarting): retry until it answers. A saved
-    state that cannot be read is read again first: reconciling without it would decide blind."""
+    state that cannot be read is read again first: reconciling without it would decide blind.
+    /healthz says not ready while the last attempt failed."""
 
     def reconcile() -> bool:  # on the worker, after any take-over queued before it
         if store.read_problem is not None:
@@ -278,8 +291,10 @@ async def _reconcile_until_done(
     while not stop.is_set():
         try:
             if await service.run(reconcile):
+                health.reconcile_failed = None
                 return
         except RuntimeAway as exc:
+            health.reconcile_failed = str(exc)
             log.warning(
                 "cannot reconcile with the runtime yet (%s); retrying in %.0fs",
                 exc,

@@ -16,9 +16,11 @@ class ClassError(Exception):
 
 
 class InvalidClassName(ClassError, ValueError):
-    def __init__(self, kind: str, name: str) -> None:
+    def __init__(self, kind: str, name: str, why: str | None = None) -> None:
         super().__init__(
-            f'{kind} class name "{name}" is malformed: it must match {CLASS_NAME_PATTERN}'
+            f"{kind} class name {why}"
+            if why
+            else f'{kind} class name "{name}" is malformed: it must match {CLASS_NAME_PATTERN}'
         )
         self.name = name
 

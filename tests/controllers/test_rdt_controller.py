@@ -320,3 +320,14 @@ def test_rdt_unavailable(tmp_path: Path) -> None:
     assert ctl.configure(None) == []
     with pytest.raises(UnknownClass):
         ctl.assign("gold", [1])
+
+
+@pytest.mark.parametrize("name", ["info", "mon_groups", "mon_data", "tasks", "schemata"])
+def test_the_kernels_own_names_are_never_class_groups(fake_resctrl: Make, name: str) -> None:
+    # The last guard: the configuration and the annotations refuse these names first.
+    ctl = controller(fake_resctrl(SHAPE))
+    ctl.configure(CONFIG)
+    with pytest.raises(InvalidClassName, match="reserved by the kernel in resctrl"):
+        ctl.group_dir(name)
+    with pytest.raises(InvalidClassName, match="reserved"):
+        ctl.assign(name, [1])

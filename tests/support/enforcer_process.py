@@ -49,7 +49,7 @@ class EnforcerProcess:
         runtime_socket: str,
         config: str | None = None,
         extra_args: list[str] | None = None,
-        metrics_address: str = "",
+        metrics_address: str | None = "",
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,8 @@ class EnforcerProcess:
         self.config = config
         self.extra_args = extra_args or []
         # Empty: no metrics endpoint. "127.0.0.1:0" is not allowed (the port must be known):
-        # use free_port().
+        # use free_port(). None: no --metrics-address flag at all (the configuration's
+        # metrics.address, else the default, applies).
         self.metrics_address = metrics_address
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -74,20 +75,23 @@ class EnforcerProcess:
             self.relay_socket,
             "--state-dir",
             self.state_dir,
-            "--metrics-address",
-            self.metrics_address,
             "--log-level",
             "debug",
         ]
+        if self.metrics_address is not None:
+            cmd += ["--metrics-address", self.metrics_address]
         if self.config:
             cmd += ["--config", self.config]
         return cmd + self.extra_args
 
-    def start(self, timeout: float = 20.0) -> EnforcerProcess:
+    def start(self, timeout: float = 20.0, *, wait: bool = True) -> EnforcerProcess:
+        """Starts it; with `wait`, until a Version call through the relay answers (which
+        needs the runtime)."""
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 20.0) -> None:

@@ -257,3 +257,21 @@ def test_brackets_in_container_names_are_not_nesting() -> None:
         {"containers": {name: {"requests": {"cpu": "1"}}}}
     ).to_json()
     assert ResourcesAnnotation.parse(text, key="k").get(name) is not None
+
+
+@pytest.mark.parametrize("name", ["info", "mon_groups", "mon_data"])
+def test_reserved_resctrl_names_are_refused_in_annotations(name: str) -> None:
+    from resource_contract.classes import (
+        ClassRequestError,
+        resolve_class,
+        validate_class_annotations,
+    )
+
+    key = "rdtclass.resource-enforcer.dev/container.app"
+    with pytest.raises(ClassRequestError, match="reserved by the kernel in resctrl") as err:
+        validate_class_annotations({key: name})
+    assert err.value.key == key and not err.value.permission_denied
+    with pytest.raises(ClassRequestError, match=key):
+        resolve_class({key: name}, "rdt", "app", qos="Burstable", namespace="default")
+    # A block-I/O class of that name is no folder in resctrl.
+    validate_class_annotations({"blockioclass.resource-enforcer.dev/pod": name})

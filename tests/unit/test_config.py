@@ -123,3 +123,15 @@ def test_unreadable_and_non_yaml_files(tmp_path: Path) -> None:
     bad.write_text("policy: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize("name", ["info", "mon_groups", "mon_data", "tasks"])
+def test_the_kernels_resctrl_names_are_not_rdt_classes(name: str) -> None:
+    data = {"rdt": {"partitions": {"p": {"l3Allocation": "100%", "classes": {name: {}}}}}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    (problem,) = err.value.problems
+    assert problem.startswith("rdt.partitions.p.classes")
+    assert f'"{name}" is reserved by the kernel in resctrl' in problem
+    # Block-I/O classes are no folders in resctrl: the same names are fine there.
+    parse_config({"blockio": {"Classes": {name: [{"Weight": 100}]}}})

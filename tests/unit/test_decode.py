@@ -169,6 +169,9 @@ def test_classes_resolved_and_checked() -> None:
             Reason.BAD_REQUEST,
         ),
         ({"rdtclass.resource-enforcer.dev/pod": "platinum"}, Reason.BAD_REQUEST),
+        # The kernel's own folders in resctrl, whether configured or not.
+        ({"rdtclass.resource-enforcer.dev/pod": "info"}, Reason.BAD_REQUEST),
+        ({"rdt.resources.beta.kubernetes.io/container.app": "mon_groups"}, Reason.BAD_REQUEST),
         ({"prefer-shared-cpus.resource-enforcer.dev/pod": "yes"}, Reason.BAD_REQUEST),
     ],
 )

@@ -22,14 +22,18 @@ from enforcer.controllers.errors import ApplyError, InvalidClassName, RdtUnavail
 from enforcer.controllers.rdt.allocation import ROOT_CLASS, parse_rdt
 from enforcer.controllers.rdt.hardware import ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, default_schemata, plan_rdt
-from resource_contract.classes import CLASS_NAME_PATTERN
+from resource_contract.classes import (
+    CLASS_NAME_PATTERN,
+    RESCTRL_RESERVED_NAMES,
+    reserved_name_problem,
+)
 from resource_contract.config import RDTConfig
 
 log = logging.getLogger(__name__)
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
-# Folders the kernel makes in the root group; never class groups.
-_KERNEL_DIRS = frozenset({"info", "mon_groups", "mon_data"})
+# What the kernel makes in the root group (folders and files); never class groups.
+_KERNEL_DIRS = RESCTRL_RESERVED_NAMES
 _ASSIGN_PASSES = 5
 
 
@@ -66,8 +70,13 @@ class KernelResctrlFs:
 
 
 def check_class_name(name: str) -> str:
+    """The last guard before a name becomes a folder in resctrl: the contract's pattern, and
+    none of the kernel's own names (the configuration and the annotations refuse them first)."""
     if name != ROOT_CLASS and not _CLASS_NAME.fullmatch(name):
         raise InvalidClassName("rdt", name)
+    reserved = reserved_name_problem("rdt", name)
+    if reserved is not None:
+        raise InvalidClassName("rdt", name, reserved)
     return name
 
 

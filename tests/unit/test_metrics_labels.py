@@ -1,0 +1,38 @@
+"""The enforcer's metrics take no label value from a peer."""
+
+from __future__ import annotations
+
+import pytest
+
+from enforcer.cri import api_pb2
+from enforcer.metrics import CRI_METHODS, EnforcerMetrics
+from resource_contract.config import ConfigError, parse_config
+
+
+def test_the_allowlist_is_every_method_of_the_cri_services() -> None:
+    paths = {
+        f"/runtime.v1.{service}/{method.name}"
+        for service in ("RuntimeService", "ImageService")
+        for method in api_pb2.DESCRIPTOR.services_by_name[service].methods
+    }
+    assert set(CRI_METHODS) == paths
+
+
+def test_unknown_methods_and_codes_share_bounded_series() -> None:
+    metrics = EnforcerMetrics()
+    for i in range(500):
+        metrics.observe_call(f"/runtime.v1.RuntimeService/Made{i}", 12, 0.001)
+        metrics.observe_call(f"/x{i}", 1000 + i, 0.001)
+    metrics.observe_call("/runtime.v1.RuntimeService/Version", 0, 0.001)
+    sample = metrics.registry.get_sample_value
+    assert sample("resource_enforcer_cri_calls_total", {"method": "other", "code": "12"}) == 500
+    assert sample("resource_enforcer_cri_calls_total", {"method": "other", "code": "-1"}) == 500
+    assert sample("resource_enforcer_cri_calls_total", {"method": "Version", "code": "0"}) == 1
+    assert len(metrics._call_children) == 3
+
+
+def test_metrics_address_in_the_configuration() -> None:
+    assert parse_config({}).metrics.address == "127.0.0.1:8891"  # loopback by default
+    assert parse_config({"metrics": {"address": ""}}).metrics.address == ""
+    with pytest.raises(ConfigError, match=r"metrics\.address"):
+        parse_config({"metrics": {"address": "everywhere"}})

@@ -1,0 +1,67 @@
+"""The webhook's memoization is bounded in bytes, whatever the size of the pods."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from wh_support import BIN, container, pod
+
+from webhook.cache import ByteLRU, deep_size
+from webhook.mutation import Mutator, Policy
+
+
+def test_the_cache_stays_within_its_bytes_and_drops_the_least_recently_used() -> None:
+    cache = ByteLRU(40_000)
+    for i in range(200):
+        cache.get_or_compute(("key", i), lambda i=i: "v" * 1000 + str(i))
+        assert cache.bytes <= 40_000
+    assert 0 < len(cache) < 200
+    calls = []
+    cache.get_or_compute(("key", 199), lambda: calls.append(1) or "x")  # the newest: kept
+    cache.get_or_compute(("key", 0), lambda: calls.append(1) or "x")  # the oldest: gone
+    assert calls == [1]
+
+
+def test_an_entry_larger_than_a_quarter_of_the_budget_is_not_kept() -> None:
+    cache = ByteLRU(100_000)
+    assert cache.get_or_compute("big", lambda: "x" * 30_000) == "x" * 30_000
+    assert len(cache) == 0 and cache.bytes == 0
+
+
+def test_a_wide_pod_is_charged_for_what_it_holds() -> None:
+    wide = pod([container(f"c{i}", {"cpu": "1"}, {"cpu": "1"}) for i in range(2000)])
+    mutator = Mutator(Policy(), cache_bytes=16 * 1024 * 1024)
+    mutator.mutate(wide, "shop")
+    # The key (2000 containers) and the annotation and patch (~100 KB each) are all counted.
+    assert len(mutator.cache) == 2
+    assert mutator.cache.bytes > 2000 * 300
+    assert deep_size(("a", ("b", "c"))) > deep_size("a") + deep_size("b") + deep_size("c")
+
+
+def test_denials_are_not_kept() -> None:
+    from resource_contract.pod_annotation import Denial
+
+    mutator = Mutator(Policy())
+    bad = pod([container("app")], annotations={"rdtclass.resource-enforcer.dev/pod": "../x"})
+    for _ in range(2):
+        with pytest.raises(Denial):
+            mutator.mutate(bad, "shop")
+    assert len(mutator.cache) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("32Mi", True), ("0", True), ("1000000", True), ("-1", False), ("lots", False)],
+)
+def test_serve_takes_cache_bytes_as_a_quantity(value: str, ok: bool) -> None:
+    out = subprocess.run(
+        [str(BIN / "resource-webhook"), "serve", "--tls-cert", "/nonexistent.crt",
+         "--tls-key", "/nonexistent.key", "--cache-bytes", value, "--port", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    # Past the argument parser, the missing certificate stops it (exit 1); a bad size is a
+    # usage error (exit 2) naming the option.
+    assert out.returncode == (1 if ok else 2), out.stderr
+    if not ok:
+        assert "--cache-bytes" in out.stderr

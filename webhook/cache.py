@@ -1,0 +1,85 @@
+"""A least-recently-used cache bounded in bytes, not entries: the webhook's memoization.
+
+A pod with 12,000 containers makes a key and a value of megabytes; a cache bounded by its
+number of entries (1024 of those) would outgrow the Deployment's memory limit many times over.
+Here every entry is charged what its key and value take (`deep_size`), the total stays under
+`max_bytes`, the least recently used entries go first, and an entry larger than a quarter of
+the budget is not kept at all (it would evict everything else for one pod). Thread-safe: large
+reviews are answered on a worker thread while small ones are answered on the event loop.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+# What an OrderedDict entry costs beyond its key and value (its link and hash slot).
+_ENTRY_OVERHEAD = 100
+
+
+def deep_size(obj: Any) -> int:
+    """Bytes taken by `obj` and what it holds: strings, numbers and (named) tuples, as the
+    cache's keys and values are made of. Shared objects are counted each time they appear,
+    so the figure errs on the high side."""
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        total += sys.getsizeof(item)
+        if isinstance(item, tuple):
+            stack.extend(item)
+    return total
+
+
+class ByteLRU:
+    """`get_or_compute(key, compute)` with the least recently used entries evicted first."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """What the entries held now are charged."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The cached value for `key`, else `compute()`'s, kept when it fits. An exception from
+        `compute` propagates and nothing is kept."""
+        if self.max_bytes == 0:
+            return compute()
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found[0]
+        value = compute()  # outside the lock: two threads may compute the same key; both agree
+        size = deep_size(key) + deep_size(value) + _ENTRY_OVERHEAD
+        if size > self.max_bytes // 4:
+            return value
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._entries[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
