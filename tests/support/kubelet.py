@@ -22,7 +22,7 @@ import time
 import uuid
 import weakref
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,10 +294,13 @@ class KubeletEmulator:
         runtime_handler: str = "",
         timeout: float = 30.0,
         memory_capacity: int | None = None,
+        channel_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         address = socket_path if "://" in socket_path else f"unix://{socket_path}"
         self.socket_path = socket_path.removeprefix("unix://")
-        self.channel = grpc.insecure_channel(address)
+        # channel_options: gRPC channel arguments, e.g. short reconnect backoffs for a relay
+        # that is restarted under the emulator (tests/faults).
+        self.channel = grpc.insecure_channel(address, options=list(channel_options))
         self.runtime = api_pb2_grpc.RuntimeServiceStub(self.channel)
         self.images = api_pb2_grpc.ImageServiceStub(self.channel)
         self._own_log_root = log_root is None
