@@ -314,7 +314,9 @@ class Node:
             return None
         try:
             self.runtime.StopContainer(
-                api_pb2.StopContainerRequest(container_id=cid, timeout=0), timeout=CALL_TIMEOUT
+                api_pb2.StopContainerRequest(container_id=cid, timeout=0),
+                timeout=CALL_TIMEOUT,
+                wait_for_ready=True,  # as in `answers`: not a refusal, a reconnect
             )
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"
@@ -451,7 +453,12 @@ class Node:
     def answers(self) -> str | None:
         """None when the relay answers a read call (Version, ListContainers), else why not."""
         try:
-            self.runtime.Version(api_pb2.VersionRequest(version="v1"), timeout=5)
+            # Waits for the connection (bounded by the deadline): right after a restart the
+            # channel may still be backing off from the moments no enforcer listened, and
+            # kubelet's next sync would simply try again.
+            self.runtime.Version(
+                api_pb2.VersionRequest(version="v1"), timeout=5, wait_for_ready=True
+            )
             self.relist()
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"

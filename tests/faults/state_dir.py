@@ -32,9 +32,10 @@ class TmpfsStateDir:
         self.mounted = True
 
     def unmount(self) -> None:
+        if self.read_only_layer:
+            _run("umount", "-l", str(self.path))  # the bind layer, then the tmpfs under it
+            self.read_only_layer = False
         if self.mounted:
-            with contextlib.suppress(RuntimeError):
-                self.read_write()
             _run("umount", "-l", str(self.path))
             self.mounted = False
 
@@ -75,6 +76,8 @@ class TmpfsStateDir:
         _run("mount", "-o", "remount,bind,ro", str(self.path))
 
     def read_write(self) -> None:
+        # Detached lazily: an enforcer started meanwhile holds its lock file open through the
+        # layer (which keeps working); every new open, rename and unlink reaches the tmpfs.
         if self.read_only_layer:
-            _run("umount", str(self.path))
+            _run("umount", "-l", str(self.path))
             self.read_only_layer = False

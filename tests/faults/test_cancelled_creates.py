@@ -42,15 +42,18 @@ def test_cancelled_creates(fault_env: EnvFactory, faults: int) -> None:
         # Several pods in a row, most of them Guaranteed ones competing for the one CPU: a
         # CPU released too early by one cut-off create is handed to the next.
         for _ in range(rng.randint(3, 5)):
+            if injected >= faults:
+                break  # the budget is spent: no pod left without its creation
             qos = GUARANTEED if rng.random() < 0.7 else rng.choice((BURSTABLE, BEST_EFFORT))
             env.figures.tries += 1
             pod = env.node.run_sandbox(env.node.manifest_for(qos))
             if pod is None:
                 continue
             code = grpc.StatusCode.OK
-            # Cut off once, or again on kubelet's quick retries (an overloaded runtime).
-            for _ in range(rng.randint(1, 3)):
-                if injected >= faults:
+            # Cut off once, or again on kubelet's quick retries (an overloaded runtime); the
+            # first try is always made, so a pod never goes on without a CreateContainer.
+            for attempt_no in range(rng.randint(1, 3)):
+                if attempt_no and injected >= faults:
                     break
                 mode = rng.choice(("deadline", "cancel"))
                 code = env.node.create_cut_off(pod, 0, mode, rng.uniform(*CUT_OFF_SECONDS))
