@@ -46,6 +46,13 @@ from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotation
 DEFAULT_PERIOD = QUOTA_PERIOD
 
 
+def container_key(pod_uid: str, container: str, attempt: int = 0) -> str:
+    """A container's key in the registry: stable across kubelet's retries of one creation (the
+    runtime's id is not known until it answers), distinct for each attempt (a restarted
+    container is a new one, and a cut-off attempt may still run beside the next)."""
+    return f"{pod_uid}/{container}" if not attempt else f"{pod_uid}/{container}#{attempt}"
+
+
 @dataclass(frozen=True)
 class ContainerCreate:
     """A runtime's request to create one container, as any transport delivers it."""
@@ -96,8 +103,8 @@ class ContainerRequest:
 
     @property
     def key(self) -> str:
-        """Stable across CreateContainer retries: the runtime's id is not known until it answers."""
-        return f"{self.pod_uid}/{self.container}"
+        """The registry's key (see `container_key`)."""
+        return container_key(self.pod_uid, self.container, self.attempt)
 
     @property
     def exclusive_cpus(self) -> int:

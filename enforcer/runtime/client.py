@@ -16,6 +16,7 @@ from google.protobuf import json_format
 
 from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.cri.convert import container_create
+from enforcer.decode.request import container_key
 from enforcer.engine.model import LiveContainer, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RuntimeAway
 
@@ -45,7 +46,7 @@ def live_container(c: api_pb2.Container) -> LiveContainer:
     return LiveContainer(
         id=c.id,
         sandbox_id=c.pod_sandbox_id,
-        key=f"{uid}/{c.metadata.name}" if uid else None,
+        key=container_key(uid, c.metadata.name, c.metadata.attempt) if uid else None,
         running=c.state == api_pb2.CONTAINER_RUNNING,
         # CONTAINER_UNKNOWN is not exited: the runtime lost sight of it, it may still run.
         exited=c.state == api_pb2.CONTAINER_EXITED,

@@ -486,3 +486,22 @@ def test_a_refused_creation_whose_release_cannot_be_written_is_released_later(
     clock.now += 11
     e.maintain()
     assert key not in e.policy.admitted and not e.policy.taken
+
+
+def test_two_attempts_of_one_container_are_two_containers(tmp_path: Path) -> None:
+    # A cut-off attempt 0 may still be made (and run) beside kubelet's attempt 1: releasing
+    # one must not drop the other, whose CPUs would then look free.
+    from dataclasses import replace
+
+    runtime = StandInRuntime()
+    e = enforcer(tmp_path, runtime)
+    first = create_of("twice", guaranteed("1"))
+    key0, _ = e.create(first, sandbox_id="sandbox", resources={})
+    key1, pinning1 = e.create(replace(first, attempt=1), sandbox_id="sandbox", resources={})
+    assert key0 != key1
+    runtime.add("cid-1", key1)
+    runtime.cpus["cid-1"] = pinning1.cpus
+    e.created(key1, "cid-1")
+    e.create_failed(key0, uncertain=False, details="name already reserved")
+    assert e.registry.by_container("cid-1") is not None
+    assert e.policy.placement(key1).exclusive == CPUSet.parse(pinning1.cpus)
