@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from wh_support import CONFIG_YAML, body, container, deployment_pod, pod, review
 
 from enforcer.configuration import parse_config
+from resource_contract.logformat import JSONFormatter
 from webhook.app import MAX_BODY, create_app
-from webhook.logs import JSONFormatter, setup_logging
+from webhook.logs import setup_logging
 
 with warnings.catch_warnings():
     # Starlette's TestClient warns that it prefers another httpx; it works with this one.
