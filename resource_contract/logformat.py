@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 FORMATS = ("json", "text")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -53,3 +54,14 @@ class TextFormatter(logging.Formatter):
 def formatter(fmt: str) -> logging.Formatter:
     """The formatter for `fmt` (json or text)."""
     return JSONFormatter() if fmt == "json" else TextFormatter()
+
+
+def install(level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """Every logger through one handler (on stderr unless `stream`), in `fmt` (json or text)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter(fmt))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())

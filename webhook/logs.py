@@ -5,10 +5,9 @@ or text."""
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
-from resource_contract.logformat import FORMATS, formatter
+from resource_contract.logformat import FORMATS, install
 
 __all__ = ["FORMATS", "LEVELS", "setup_logging"]
 
@@ -17,13 +16,7 @@ LEVELS = ("debug", "info", "warning", "error")
 
 def setup_logging(level: str = "info", stream: Any = None, fmt: str = "json") -> None:
     """Everything, uvicorn's own messages included, through one handler (json or text)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(formatter(fmt))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level.upper())
+    install(level, fmt, stream)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         lg = logging.getLogger(name)
         lg.handlers.clear()

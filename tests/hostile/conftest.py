@@ -7,13 +7,12 @@ at the end of the run (docs/security.md keeps a copy).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.webhook.wh_support import BIN, WebhookServer
+from tests.webhook.wh_support import WebhookServer, make_certs
 
 Row = tuple[str, str, str]
 _ROWS = pytest.StashKey[list[Row]]()
@@ -50,14 +49,7 @@ def measured(request: pytest.FixtureRequest) -> Measured:
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hostile-certs")
-    subprocess.run(
-        [str(BIN / "resource-webhook"), "certs", "--service", "resource-webhook",
-         "--namespace", "resource-enforcer", "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return out
+    return make_certs(tmp_path_factory.mktemp("hostile-certs"))
 
 
 @pytest.fixture

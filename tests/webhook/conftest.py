@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,20 +12,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # wh_support, whatever pytest's import mode
 
-from wh_support import BIN, CONFIG_YAML, WebhookServer
+from wh_support import CONFIG_YAML, WebhookServer, make_certs
 
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA and serving certificate written by `resource-webhook certs`, as users make them."""
-    out = tmp_path_factory.mktemp("certs")
-    subprocess.run(
-        [str(BIN / "resource-webhook"), "certs", "--service", "resource-webhook",
-         "--namespace", "resource-enforcer", "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return out
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,17 @@ preferenceAccess:
 """
 
 
+def make_certs(out: Path) -> Path:
+    """A CA and serving certificate written by `resource-webhook certs`, as users make them."""
+    subprocess.run(
+        [str(BIN / "resource-webhook"), "certs", "--service", "resource-webhook",
+         "--namespace", "resource-enforcer", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return out
+
+
 def container(
     name: str,
     requests: dict[str, Any] | None = None,
