@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from enforcer.relay.h2 import frames as fr
-from enforcer.relay.h2.hpack import Decoder, Encoder
+import h2wire as fr
+from hpack import Decoder, Encoder
 
-Frame = tuple[int, int, int, bytes]
+Frame = fr.Wire
 
 
 def grpc_message(payload: bytes) -> bytes:
@@ -64,8 +64,12 @@ class Peer:
     ) -> None:
         self.send(fr.headers_frames(sid, self.encoder.encode(headers), max_frame, end))
 
+    def block(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """An HPACK block of ``headers`` in this connection's encoding context."""
+        return self.encoder.encode(headers)
+
     def data(self, sid: int, payload: bytes, end: bool = False) -> None:
-        self.send(fr.frame(fr.DATA, fr.FLAG_END_STREAM if end else 0, sid, payload))
+        self.send(fr.data_frame(sid, payload, end))
 
     def data_chunked(self, sid: int, payload: bytes, end: bool = False, size: int = 16384) -> None:
         """``payload`` as DATA frames of at most ``size`` bytes."""
@@ -126,7 +130,7 @@ class Peer:
         return fr.parse_goaway(f[3])
 
     def decode(self, f: Frame) -> list[tuple[bytes, bytes]]:
-        return self.decoder.decode(fr.header_fragment(f[1], f[3]))
+        return [(n, v) for n, v in self.decoder.decode(fr.header_fragment(f[1], f[3]), raw=True)]
 
 
 class Server:

@@ -8,14 +8,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import grpc
+import h2wire as fr
 import pytest
 from h2peer import Peer, Server, grpc_message, request_headers
 from relay_harness import FakeUpstream, RelayThread
 
 from enforcer.relay.h2 import Call, Forward, Refuse
-from enforcer.relay.h2 import frames as fr
 from enforcer.relay.h2.flow import STREAM_WINDOW
-from enforcer.relay.h2.frames import ErrorCode, Setting
+from enforcer.relay.h2.framing import ErrorCode, Setting
 from enforcer.relay.h2.grpc_wire import (
     format_grpc_timeout,
     parse_grpc_timeout,
@@ -40,7 +40,7 @@ def client(relay: RelayThread) -> Iterator[Callable[..., Peer]]:
         p.close()
 
 
-def data_of(frames: list[fr.Frame], sid: int) -> bytes:
+def data_of(frames: list[fr.Wire], sid: int) -> bytes:
     return b"".join(f[3] for f in frames if f[0] == fr.DATA and f[2] == sid)
 
 

@@ -2,10 +2,12 @@
 
 kubelet connects to our unix socket as if it were the runtime. Each accepted (downstream)
 connection is a full HTTP/2 server endpoint; for it we open, lazily, one HTTP/2 client
-(upstream) connection per upstream socket that its calls are routed to. Frame-level and
-dependency-free, one module per job:
+(upstream) connection per upstream socket that its calls are routed to. Frames are parsed and
+built by ``hyperframe`` and header blocks by ``hpack`` (the python-hyper libraries); stream
+routing, flow control and interception are the relay's own. One module per job:
 
-- ``frames``: HTTP/2 framing; ``hpack``: header compression;
+- ``framing``: HTTP/2 frames on hyperframe (reader, builders, error codes);
+- ``header_codec``: HPACK on hpack (a bounded decoder, a never-indexing encoder);
 - ``grpc_wire``: gRPC on HTTP/2 (status codes and trailers, grpc-message, grpc-timeout);
 - ``intercept``: the interception API (``Call``, ``Forward``, ``Refuse``, taps, observers);
 - ``streams``: one call across the relay, and its interception;
@@ -17,9 +19,15 @@ dependency-free, one module per job:
 Names with a leading underscore are the package's internals, shared between its modules. The
 public surface is re-exported here.
 
-Limits, by design: intercepted methods must be unary-request (see ``streams``); peers'
-SETTINGS_MAX_HEADER_LIST_SIZE is not enforced in either direction; streams refused by an
-upstream GOAWAY are answered UNAVAILABLE rather than retried; no TLS (unix sockets only).
+Bounds (docs/security.md lists them): header lists (SETTINGS_MAX_HEADER_LIST_SIZE, announced
+and enforced both ways), concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS), what the relay
+buffers (its flow-control windows, socket write buffers with high and low water marks that
+pause the reading of the other side, ``streams.MAX_HELD``), and floods of CONTINUATION, PING,
+SETTINGS and RST_STREAM frames (GOAWAY ENHANCE_YOUR_CALM).
+
+Limits, by design: intercepted methods must be unary-request (see ``streams``); streams
+refused by an upstream GOAWAY are answered UNAVAILABLE rather than retried; no TLS (unix
+sockets only).
 """
 
 from enforcer.relay.h2.intercept import (

@@ -12,37 +12,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from enforcer.relay.h2.flow import _CONN_CREDIT_AT, CONN_WINDOW, STREAM_WINDOW, _FlowControl
-from enforcer.relay.h2.frames import (
+from enforcer.relay.h2.flow import (
+    _CONN_CREDIT_AT,
+    CONN_WINDOW,
+    STREAM_WINDOW,
+    WRITE_BUFFER_HIGH,
+    WRITE_BUFFER_LOW,
+    _FlowControl,
+)
+from enforcer.relay.h2.framing import (
     CONTINUATION,
     DEFAULT_MAX_FRAME,
     DEFAULT_WINDOW,
-    FLAG_ACK,
-    FLAG_END_HEADERS,
-    FLAG_END_STREAM,
-    FLAG_PADDED,
     MAX_FRAME_LIMIT,
     MAX_WINDOW,
     ConnectionError_,
+    ContinuationFrame,
+    DataFrame,
     ErrorCode,
+    Frame,
     FrameReader,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
     Setting,
+    SettingsFrame,
     StreamError,
     goaway_frame,
-    header_fragment,
-    parse_goaway,
-    parse_settings,
-    parse_u32,
     ping_frame,
     rst_stream_frame,
     settings_frame,
-    strip_padding,
     window_update_frame,
 )
-from enforcer.relay.h2.hpack import Decoder, Encoder, HeaderList, HPACKError
+from enforcer.relay.h2.header_codec import (
+    MAX_HEADER_LIST_SIZE,
+    HeaderBlockError,
+    HeaderDecoder,
+    HeaderEncoder,
+    HeaderList,
+)
 from enforcer.relay.h2.intercept import Observer
 from enforcer.relay.h2.streams import _Half, _report
 
@@ -51,19 +64,55 @@ if TYPE_CHECKING:  # for annotations only: each of these imports this module
 
 log = logging.getLogger(__name__)
 
-MAX_HEADER_BLOCK = 1 << 20  # a header block (HEADERS + CONTINUATIONs) larger than this is abuse
+# A header block (HEADERS + CONTINUATIONs, compressed) longer than this, or cut into more
+# CONTINUATION frames than this, is abuse: GOAWAY ENHANCE_YOUR_CALM. A block that decodes to
+# more than MAX_HEADER_LIST_SIZE is stopped by the decoder (COMPRESSION_ERROR).
+MAX_HEADER_BLOCK = 2 * MAX_HEADER_LIST_SIZE
+MAX_CONTINUATIONS = 32
+# Frames that cost us work (an answer, a table walk) and carry no call forward: more of one
+# kind than this in a row, with no HEADERS or DATA received in between (for RST_STREAM: no call
+# finished in between), within FLOOD_WINDOW seconds, and the peer gets GOAWAY ENHANCE_YOUR_CALM.
+# A gRPC peer's keepalive and BDP pings come minutes apart or with data.
+FLOOD_LIMITS = {"PING": 100, "SETTINGS": 100, "RST_STREAM": 200}
+FLOOD_WINDOW = 10.0
+
+
+class _Flood:
+    """A count of one kind of frame since the last progress on the connection."""
+
+    __slots__ = ("count", "limit", "since", "what")
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.limit = FLOOD_LIMITS[what]
+        self.count = 0
+        self.since = 0.0
+
+    def hit(self) -> None:
+        count = self.count = self.count + 1
+        if count == 1:
+            self.since = time.monotonic()
+        elif count > self.limit:
+            if time.monotonic() - self.since < FLOOD_WINDOW:
+                raise ConnectionError_(
+                    ErrorCode.ENHANCE_YOUR_CALM,
+                    f"{self.what} flood: more than {self.limit} in a row",
+                )
+            self.count = 0
 
 
 class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     """One HTTP/2 connection: framing, SETTINGS, PING, header blocks; flow control from
     ``_FlowControl``.
 
-    Subclasses say what a stream is on their side (``_on_header_list``) and what losing the
-    connection means (``connection_lost``).
+    Subclasses say what a stream is on their side (``_on_header_list``), which connections feed
+    this one (``_sources``: they stop being read while this one's socket does not drain), and
+    what losing the connection means (``connection_lost``).
 
     A BufferedProtocol: the transport reads into one preallocated buffer shared by all
     connections (reads are handled one at a time), where a plain Protocol would get a fresh
     256 KiB bytes object per read, which malloc serves with an mmap/munmap pair each time.
+    hyperframe copies each frame's payload out of it.
     """
 
     role = "endpoint"
@@ -72,8 +121,8 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader()
-        self.decoder = Decoder()
-        self.encoder = Encoder()
+        self.decoder = HeaderDecoder(MAX_HEADER_LIST_SIZE)
+        self.encoder = HeaderEncoder()
         self._out: list[bytes | memoryview] = []
         self._dirty = relay._dirty
         self.streams: dict[int, _Half] = {}
@@ -86,6 +135,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self.peer_max_frame = DEFAULT_MAX_FRAME
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_streams = 1 << 31
+        self.peer_max_header_list = 0  # 0: the peer announced no limit
         self.send_window = DEFAULT_WINDOW
         self._blocked: dict[_Half, None] = {}  # halves waiting for connection window
         # Our receive window for the connection.
@@ -93,10 +143,17 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self.recv_unacked = 0
         # A header block in progress (HEADERS without END_HEADERS).
         self._hdr_sid = 0
-        self._hdr_flags = 0
+        self._hdr_end = False
         self._hdr_parts: list[bytes] = []
         self._hdr_size = 0
-        self._handlers: list[Callable[[int, int, bytes], None]] = [
+        self._hdr_frames = 0
+        # Floods, and who stopped reading us (connections whose sockets do not drain).
+        self._pings = _Flood("PING")
+        self._settings = _Flood("SETTINGS")
+        self._resets = _Flood("RST_STREAM")
+        self._paused_by: set[_Endpoint] = set()
+        self.writing_paused = False
+        self._handlers: list[Callable[[Any], None]] = [
             self._on_data,
             self._on_headers,
             self._on_priority,
@@ -117,9 +174,14 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             self._dirty.append(self)
         out.append(data)
 
-    def _start(self) -> None:
+    def _start(self, transport: asyncio.Transport) -> None:
         """Our side of the connection preface: SETTINGS and the connection window."""
-        settings: dict[int, int] = {Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW}
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
+        settings: dict[int, int] = {
+            Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            Setting.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+        }
         settings.update(self._extra_settings())
         self.emit(settings_frame(settings))
         self.emit(window_update_frame(0, CONN_WINDOW - DEFAULT_WINDOW))
@@ -127,126 +189,179 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _extra_settings(self) -> dict[int, int]:
         return {}
 
+    # --- backpressure: a connection whose socket does not drain stops its sources' reading
+
+    def _sources(self) -> list[_Endpoint]:
+        """The connections whose frames are forwarded to this one."""
+        raise NotImplementedError
+
+    def pause_writing(self) -> None:
+        """The transport's buffer passed its high-water mark: stop reading what feeds it."""
+        self.writing_paused = True
+        for source in self._sources():
+            source.hold(self)
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        for source in self._sources():
+            source.release(self)
+
+    def hold(self, by: _Endpoint) -> None:
+        """Stop reading this connection while ``by`` does not drain."""
+        if not self._paused_by and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._paused_by.add(by)
+
+    def release(self, by: _Endpoint) -> None:
+        paused = self._paused_by
+        if by in paused:
+            paused.discard(by)
+            if not paused and self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+
+    def _release_all(self) -> None:
+        """This connection is gone: whatever it held back is read again."""
+        for source in self._sources():
+            source.release(self)
+
     # --- input
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.relay._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.relay._read_view[:nbytes].tobytes())
+        self.data_received(self.relay._read_view[:nbytes])
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         handlers = self._handlers
         try:
-            for ftype, flags, sid, payload in self.reader.feed(data):
+            for frame in self.reader.feed(data):
+                ftype: int = frame.type  # type: ignore[assignment]
                 if self._hdr_sid and ftype != CONTINUATION:
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
-                if ftype < 10:
+                if 0 <= ftype < 10:
                     try:
-                        handlers[ftype](flags, sid, payload)
+                        handlers[ftype](frame)
                     except StreamError as exc:
                         self._stream_error(exc)
+                elif ftype < 0:  # a frame hyperframe refused
+                    error = frame.error  # type: ignore[attr-defined]
+                    if isinstance(error, StreamError):
+                        self._stream_error(error)
+                    else:
+                        raise error
                 if self.closed:
                     break
         except ConnectionError_ as exc:
             self.connection_error(exc.code, str(exc))
-        except HPACKError as exc:
-            self.connection_error(ErrorCode.COMPRESSION_ERROR, f"HPACK: {exc}")
+        except HeaderBlockError as exc:
+            code = ErrorCode.COMPRESSION_ERROR
+            self.connection_error(code, f"HPACK: {exc}")
         except Exception as exc:
             log.exception("%s: internal error", self.role)
             self.connection_error(ErrorCode.INTERNAL_ERROR, f"relay internal error: {exc}")
         self.relay.flush()
 
-    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        if not sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
-        flow = len(payload)
+    def _on_data(self, frame: DataFrame) -> None:
+        sid = frame.stream_id
+        flow = frame.body_len  # the whole payload counts, padding included
         window = self.recv_window - flow
         if window < 0:
             raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window exceeded")
-        unacked = self.recv_unacked + flow
-        if unacked >= _CONN_CREDIT_AT:
-            self.emit(window_update_frame(0, unacked))
-            window += unacked
-            unacked = 0
         self.recv_window = window
-        self.recv_unacked = unacked
-        if flags & FLAG_PADDED:
-            payload = strip_padding(flags, payload)
+        self._pings.count = self._settings.count = 0
+        payload = frame.data
         h = self.streams.get(sid)
         if h is None:
+            self.credit_connection(flow)
             if self._idle(sid):
                 raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-            return  # a stream we already closed: the connection window was credited above
+            return  # a stream we already closed
         if h.remote_ended:
+            self.credit_connection(flow)
             raise StreamError(sid, ErrorCode.STREAM_CLOSED, "DATA after END_STREAM")
         h.recv_window -= flow
         if h.recv_window < 0:
+            self.credit_connection(flow)
             raise StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window exceeded")
         if flow != len(payload):
             h.credit(flow - len(payload))  # padding is consumed here
-        h.stream.on_data(h, payload, bool(flags & FLAG_END_STREAM))
+        h.stream.on_data(h, payload, "END_STREAM" in frame.flags)
 
-    def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
-        if not sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
-        fragment = header_fragment(flags, payload) if flags & 0x28 else payload  # PADDED|PRIORITY
-        if flags & FLAG_END_HEADERS:
-            self._on_header_list(sid, self.decoder.decode(fragment), bool(flags & FLAG_END_STREAM))
+    def credit_connection(self, n: int) -> None:
+        """``n`` received bytes were passed on or dropped: re-open our connection window.
+
+        Deferred until then, so the bytes the relay holds for this connection's peer (waiting
+        for the other side's windows) never exceed the window we announced, CONN_WINDOW.
+        """
+        unacked = self.recv_unacked + n
+        if unacked >= _CONN_CREDIT_AT:
+            self.emit(window_update_frame(0, unacked))
+            self.recv_window += unacked
+            unacked = 0
+        self.recv_unacked = unacked
+
+    def _on_headers(self, frame: HeadersFrame) -> None:
+        self._pings.count = self._settings.count = 0
+        flags = frame.flags
+        if "END_HEADERS" in flags:
+            headers = self.decoder.decode(frame.data)
+            self._on_header_list(frame.stream_id, headers, "END_STREAM" in flags)
             return
-        self._hdr_sid = sid
-        self._hdr_flags = flags
-        self._hdr_parts = [fragment]
-        self._hdr_size = len(fragment)
+        self._hdr_sid = frame.stream_id
+        self._hdr_end = "END_STREAM" in flags
+        self._hdr_parts = [frame.data]
+        self._hdr_size = len(frame.data)
+        self._hdr_frames = 0
 
-    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+    def _on_continuation(self, frame: ContinuationFrame) -> None:
+        sid = frame.stream_id
         if not self._hdr_sid or sid != self._hdr_sid:
             raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
-        self._hdr_parts.append(payload)
-        self._hdr_size += len(payload)
+        self._hdr_parts.append(frame.data)
+        self._hdr_size += len(frame.data)
+        self._hdr_frames += 1
         if self._hdr_size > MAX_HEADER_BLOCK:
-            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
-        if flags & FLAG_END_HEADERS:
+            raise ConnectionError_(
+                ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_BLOCK} bytes"
+            )
+        if self._hdr_frames > MAX_CONTINUATIONS:
+            raise ConnectionError_(
+                ErrorCode.ENHANCE_YOUR_CALM,
+                f"CONTINUATION flood: header block in over {MAX_CONTINUATIONS} frames",
+            )
+        if "END_HEADERS" in frame.flags:
             block = b"".join(self._hdr_parts)
-            end = bool(self._hdr_flags & FLAG_END_STREAM)
             self._hdr_sid = 0
             self._hdr_parts = []
-            self._on_header_list(sid, self.decoder.decode(block), end)
+            self._on_header_list(sid, self.decoder.decode(block), self._hdr_end)
 
     def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
         raise NotImplementedError
 
-    def _on_priority(self, flags: int, sid: int, payload: bytes) -> None:
-        if not sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
-        if len(payload) != 5:
-            raise StreamError(sid, ErrorCode.FRAME_SIZE_ERROR, "PRIORITY payload is not 5 bytes")
-        # Dropped: priorities are advisory and do not cross the relay.
+    def _on_priority(self, frame: Frame) -> None:
+        pass  # priorities are advisory and do not cross the relay
 
-    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
-        if not sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
-        code = parse_u32(payload, "RST_STREAM")
+    def _on_rst_stream(self, frame: RstStreamFrame) -> None:
+        sid = frame.stream_id
         h = self.streams.get(sid)
         if h is None:
             if self._idle(sid):
                 raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
             return
+        self._resets.hit()
         h.local_ended = h.remote_ended = True
-        h.stream.on_reset(h, code)
+        h.stream.on_reset(h, frame.error_code)
 
     def _idle(self, sid: int) -> bool:
         """Whether ``sid`` was never opened on this connection (frames on it are an error)."""
         raise NotImplementedError
 
-    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
-        if flags & FLAG_ACK:
-            if payload:
-                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+    def _on_settings(self, frame: SettingsFrame) -> None:
+        if "ACK" in frame.flags:
             return
-        for key, value in parse_settings(payload):
+        self._settings.hit()
+        for key, value in frame.settings.items():
             if key == Setting.INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "initial window too big")
@@ -259,12 +374,14 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"bad MAX_FRAME_SIZE {value}")
                 self.peer_max_frame = value
             elif key == Setting.HEADER_TABLE_SIZE:
-                self.encoder.peer_table_size_changed()
+                self.encoder.peer_table_size(value)
             elif key == Setting.ENABLE_PUSH:
                 if value > 1:
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"bad ENABLE_PUSH {value}")
             elif key == Setting.MAX_CONCURRENT_STREAMS:
                 self.peer_max_streams = value
+            elif key == Setting.MAX_HEADER_LIST_SIZE:
+                self.peer_max_header_list = value
             # Unknown settings (gRPC's own among them) are ignored, as RFC 9113 requires.
         self.emit(settings_frame(ack=True))
         self._settings_changed()
@@ -272,22 +389,18 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _settings_changed(self) -> None:
         pass
 
-    def _on_push_promise(self, flags: int, sid: int, payload: bytes) -> None:
+    def _on_push_promise(self, frame: Frame) -> None:
         raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE is not allowed here")
 
-    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
-        if len(payload) != 8:
-            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "PING payload is not 8 bytes")
-        if not flags & FLAG_ACK:
-            self.emit(ping_frame(payload, ack=True))
+    def _on_ping(self, frame: PingFrame) -> None:
+        if "ACK" not in frame.flags:
+            self._pings.hit()
+            self.emit(ping_frame(frame.opaque_data, ack=True))
 
-    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
-        last, code, debug = parse_goaway(payload)
-        self._peer_going_away(last, code, debug)
+    def _on_goaway(self, frame: GoAwayFrame) -> None:
+        self._peer_going_away(
+            frame.last_stream_id & 0x7FFFFFFF, frame.error_code, frame.additional_data
+        )
 
     def _peer_going_away(self, last: int, code: int, debug: bytes) -> None:
         pass
@@ -308,6 +421,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _ended_local(self, h: _Half) -> None:
         """We sent END_STREAM on ``h``."""
         h.local_ended = True
+        self._resets.count = 0  # a call finished: resets before it were no flood
         if h.remote_ended:
             self.forget(h)
 

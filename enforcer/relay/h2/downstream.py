@@ -5,6 +5,10 @@ connection. Each downstream connection opens, lazily, one upstream connection pe
 socket its calls are routed to (``upstream``). Header blocks are decoded with the receiving
 side's HPACK decoder and re-encoded for the other side with a stateless non-indexing encoder,
 so the two sides' HPACK contexts are independent.
+
+Bounds: at most MAX_CONCURRENT_STREAMS open calls (announced; one more is refused with
+REFUSED_STREAM, which gRPC clients retry), and the relay's own holdings per connection
+(``streams.MAX_HELD``).
 """
 
 from __future__ import annotations
@@ -15,16 +19,17 @@ import time
 from typing import TYPE_CHECKING
 
 from enforcer.relay.h2.connection import _Endpoint
-from enforcer.relay.h2.frames import (
+from enforcer.relay.h2.framing import (
     PREFACE,
     ConnectionError_,
     ErrorCode,
+    Setting,
     StreamError,
     goaway_frame,
     rst_stream_frame,
 )
 from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
-from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.header_codec import HeaderList
 from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _report, _Stream
 from enforcer.relay.h2.upstream import _Upstream
 
@@ -32,6 +37,10 @@ if TYPE_CHECKING:  # for annotations only: each of these imports this module
     from enforcer.relay.h2.server import RelayServer
 
 log = logging.getLogger(__name__)
+
+# Calls open at once on one connection from kubelet. kubelet's exec probes (ExecSync) each hold
+# a stream for the probe's timeout, so this is well above a full node's probes.
+MAX_CONCURRENT_STREAMS = 1000
 
 
 class _Downstream(_Endpoint):
@@ -46,15 +55,21 @@ class _Downstream(_Endpoint):
         self._preface = b""
         self.draining = False
         self._goaway_sid = 0
+        self.held = 0  # bytes its calls hold in the relay (streams.MAX_HELD)
+
+    def _extra_settings(self) -> dict[int, int]:
+        return {Setting.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS}
+
+    def _sources(self) -> list[_Endpoint]:
+        return list(self.upstreams.values())
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
         self.relay._conns.add(self)
-        self._start()
+        self._start(transport)  # type: ignore[arg-type]
         self.relay.flush()
         self.data_received = self._preface_received  # type: ignore[method-assign]
 
-    def _preface_received(self, data: bytes) -> None:
+    def _preface_received(self, data: bytes | memoryview) -> None:
         """Until the client preface is complete; then frames go to the regular path."""
         self._preface += data
         if len(self._preface) < len(PREFACE):
@@ -88,7 +103,7 @@ class _Downstream(_Endpoint):
         if sid <= self.last_peer_sid:
             return  # a stream we already closed (the block was decoded, to keep HPACK in step)
         self.last_peer_sid = sid
-        if self.draining:
+        if self.draining or len(self.streams) >= MAX_CONCURRENT_STREAMS:
             self.emit(rst_stream_frame(sid, ErrorCode.REFUSED_STREAM))
             return
         path = None
@@ -129,8 +144,7 @@ class _Downstream(_Endpoint):
             log.exception("route(%r) failed", stream.method)
             stream.fail(_INTERNAL, f"relay: no upstream for {stream.method}: {exc}")
             return False
-        self.upstream(target).open(stream, headers, end)
-        return True
+        return self.upstream(target).open(stream, headers, end)
 
     def upstream(self, target: str) -> _Upstream:
         """The current upstream connection to ``target``, started if there is none."""
@@ -138,6 +152,8 @@ class _Downstream(_Endpoint):
         if conn is None or conn.closed or conn.going_away:
             conn = _Upstream(self.relay, self, target)
             self.upstreams[target] = conn
+            if self.writing_paused:
+                conn.hold(self)
             conn.connect()
         return conn
 
@@ -146,6 +162,7 @@ class _Downstream(_Endpoint):
 
     def _ended_local(self, h: _Half) -> None:
         h.local_ended = True
+        self._resets.count = 0  # a call finished: resets before it were no flood
         if h.stream.status < 0 and self.observer is not None:
             h.stream.status = _INTERNAL  # DATA ended the response, no trailers: gRPC's reading
         if not h.remote_ended:
@@ -157,6 +174,21 @@ class _Downstream(_Endpoint):
 
     def _half_failed(self, h: _Half, exc: StreamError) -> None:
         h.stream.client_gone(ErrorCode.CANCEL)
+
+    def _headers_too_large(self, h: _Half, size: int) -> None:
+        """A response header block over the client's SETTINGS_MAX_HEADER_LIST_SIZE."""
+        h.stream.fail(
+            _INTERNAL,
+            f"relay: response headers of {size} bytes exceed the client's limit of "
+            f"{self.peer_max_header_list}",
+        )
+
+    def forget(self, h: _Half) -> None:
+        stream = h.stream
+        if stream.held:
+            self.held -= stream.held
+            stream.held = 0
+        super().forget(h)
 
     def _stream_closed(self) -> None:
         if self.draining and not self.streams:
@@ -179,6 +211,7 @@ class _Downstream(_Endpoint):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release_all()
         self.relay._conns.discard(self)
         observer = self.observer
         for h in list(self.streams.values()):

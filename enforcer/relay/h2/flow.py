@@ -1,9 +1,12 @@
 """HTTP/2 flow control: the windows the relay advertises, and sending within the peer's.
 
-As receiver we advertise large windows; the connection window is credited back as soon as DATA
-arrives (so one stalled stream cannot block the connection: ``_Endpoint._on_data``), a stream's
-window only once its bytes have been passed on to the other side (so a slow reader on one side
-holds back the writer on the other, with at most one stream window buffered: ``_Half.credit``).
+As receiver we advertise large windows, and credit them back only once the bytes have been
+passed on to the other side (or consumed): so a slow reader on one side holds back the writer on
+the other, and what the relay buffers for a peer is bounded by the windows it announced: one
+stream window per stream, one connection window per connection (``_Half.credit``,
+``_Endpoint.credit_connection``). Below that, each socket's write buffer has high and low
+water marks: a connection whose peer does not read stops the reading of the connections that
+feed it until it drains (``_Endpoint.pause_writing``).
 As sender we keep the peer's connection and stream windows and frame size, and park DATA (and
 anything after it on that stream) until a WINDOW_UPDATE makes room (``_FlowControl``, the
 sending half of every ``_Endpoint``).
@@ -13,19 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from enforcer.relay.h2.frames import (
-    DATA,
-    FLAG_END_STREAM,
+from enforcer.relay.h2.framing import (
     MAX_WINDOW,
     ConnectionError_,
     ErrorCode,
     StreamError,
-    frame_header,
+    WindowUpdateFrame,
+    data_frame,
     headers_frames,
-    parse_u32,
 )
 from enforcer.relay.h2.grpc_wire import _final_status
-from enforcer.relay.h2.hpack import Encoder, HeaderList
+from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList
 from enforcer.relay.h2.intercept import Observer
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
@@ -34,12 +35,17 @@ if TYPE_CHECKING:  # for annotations only: each of these imports this module
 # Receive windows we advertise. Large, so that neither kubelet nor containerd ever waits on us
 # for a normal call; a stream's window is also what the relay may buffer for that stream.
 STREAM_WINDOW = 4 << 20
-CONN_WINDOW = 64 << 20
+CONN_WINDOW = 16 << 20
 _STREAM_CREDIT_AT = STREAM_WINDOW // 2  # batch WINDOW_UPDATEs: one per half window
 _CONN_CREDIT_AT = CONN_WINDOW // 4
+# A connection's socket write buffer: past HIGH the connections that feed it are no longer
+# read, until it is back under LOW.
+WRITE_BUFFER_HIGH = 1 << 20
+WRITE_BUFFER_LOW = 256 << 10
 
-# What waits in a half's queue: (kind, payload, end).
-_Q_DATA, _Q_HEADERS = 0, 1
+# What waits in a half's queue: (kind, payload, end). _Q_OWN: DATA the relay made itself (an
+# intercepted request, a held response): no peer's window to credit when it leaves.
+_Q_DATA, _Q_HEADERS, _Q_OWN = 0, 1, 2
 
 
 class _FlowControl:
@@ -53,7 +59,8 @@ class _FlowControl:
     streams: dict[int, _Half]
     send_window: int
     peer_max_frame: int
-    encoder: Encoder
+    peer_max_header_list: int
+    encoder: HeaderEncoder
     observer: Observer | None
 
     if TYPE_CHECKING:  # provided by _Endpoint
@@ -64,6 +71,8 @@ class _FlowControl:
 
         def write_out(self) -> None: ...
 
+        def _headers_too_large(self, h: _Half, size: int) -> None: ...
+
     def _adjust_windows(self, delta: int) -> None:
         for h in list(self.streams.values()):
             h.window += delta
@@ -72,11 +81,10 @@ class _FlowControl:
             if delta > 0 and h.queue:
                 self._drain(h)
 
-    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
-        increment = parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
+    def _on_window_update(self, frame: WindowUpdateFrame) -> None:
+        increment = frame.window_increment
+        sid = frame.stream_id
         if not sid:
-            if not increment:
-                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
                 raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
@@ -86,8 +94,6 @@ class _FlowControl:
                 self._drain(blocked)
             return
         h = self.streams.get(sid)
-        if not increment:
-            raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
         if h is None:
             return
         h.window += increment
@@ -101,6 +107,12 @@ class _FlowControl:
     def send_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
         if h.local_ended:
             return
+        limit = self.peer_max_header_list
+        if limit:
+            size = header_list_size(headers)
+            if size > limit:
+                self._headers_too_large(h, size)
+                return
         if h.queue or not h.sid:
             h.queue.append((_Q_HEADERS, headers, end))
             return
@@ -115,8 +127,12 @@ class _FlowControl:
                 h.stream.status = _final_status(headers)
             self._ended_local(h)
 
-    def send_data(self, h: _Half, data: bytes, end: bool) -> None:
+    def send_data(self, h: _Half, data: bytes, end: bool, *, own: bool = False) -> None:
+        """Send ``data`` on ``h`` as the windows allow; what was received from the other side
+        (not ``own``) is credited back to it as it leaves."""
         if h.local_ended:
+            if not own and h.peer is not None:
+                h.peer.credit(len(data))  # dropped: the sender may use the room again
             return
         n = len(data)
         if (
@@ -129,17 +145,16 @@ class _FlowControl:
             out = self._out
             if not out:
                 self._dirty.append(self)
-            out.append(frame_header(DATA, FLAG_END_STREAM if end else 0, h.sid, n))
+            out.append(data_frame(h.sid, data, end))
             if n:
-                out.append(data)
                 h.window -= n
                 self.send_window -= n
-                if h.peer is not None:
+                if not own and h.peer is not None:
                     h.peer.credit(n)
             if end:
                 self._ended_local(h)
             return
-        h.queue.append((_Q_DATA, memoryview(data), end))
+        h.queue.append((_Q_OWN if own else _Q_DATA, memoryview(data), end))
         if h.sid:
             self._drain(h)
 
@@ -172,21 +187,31 @@ class _FlowControl:
                     room = n
                     queue.popleft()
                     last = end
-                self.emit(frame_header(DATA, FLAG_END_STREAM if last else 0, sid, room))
-                self.emit(chunk)
+                self.emit(data_frame(sid, chunk, last))
                 h.window -= room
                 self.send_window -= room
-                if h.peer is not None:
+                if kind == _Q_DATA and h.peer is not None:
                     h.peer.credit(room)
             else:
                 queue.popleft()
                 last = end
-                self.emit(frame_header(DATA, FLAG_END_STREAM if end else 0, sid, 0))
+                self.emit(data_frame(sid, b"", end))
             if last:
                 self._ended_local(h)
                 break
         self._blocked.pop(h, None)
 
     def clear_queue(self, h: _Half) -> None:
-        h.queue.clear()
+        """Drop what waits on ``h``; what came from the other side is credited back to it."""
+        queue = h.queue
+        if queue:
+            dropped = sum(len(p) for kind, p, _ in queue if kind == _Q_DATA)  # type: ignore[arg-type,misc]
+            queue.clear()
+            if dropped and h.peer is not None:
+                h.peer.credit(dropped)
         self._blocked.pop(h, None)
+
+
+def header_list_size(headers: HeaderList) -> int:
+    """A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2)."""
+    return sum(len(name) + len(value) + 32 for name, value in headers)

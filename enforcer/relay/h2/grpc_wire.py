@@ -13,7 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 import grpc
 
-from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.header_codec import HeaderList
 from enforcer.relay.h2.intercept import Response
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]

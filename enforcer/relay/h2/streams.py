@@ -6,7 +6,9 @@ forwarding or refusing, ``on_response``, taps.
 
 Limits, by design: intercepted methods must be unary-request (one uncompressed message; other
 shapes are answered UNIMPLEMENTED), and their request, like a buffered ``on_response``
-response, is held in memory whole.
+response, is held in memory whole: at most MAX_INTERCEPTED_MESSAGE bytes each, and at most
+MAX_HELD bytes of such requests, responses and tapped copies per downstream connection (a
+call past it is answered RESOURCE_EXHAUSTED; a tap past it is skipped for that call).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 import grpc
 
 from enforcer.relay.h2.flow import _STREAM_CREDIT_AT, STREAM_WINDOW
-from enforcer.relay.h2.frames import ErrorCode, code_name, window_update_frame
+from enforcer.relay.h2.framing import ErrorCode, code_name, window_update_frame
 from enforcer.relay.h2.grpc_wire import (
     _CANCELLED,
     _DEADLINE_EXCEEDED,
@@ -34,7 +36,7 @@ from enforcer.relay.h2.grpc_wire import (
     format_grpc_timeout,
     parse_grpc_timeout,
 )
-from enforcer.relay.h2.hpack import HeaderList
+from enforcer.relay.h2.header_codec import HeaderList
 from enforcer.relay.h2.intercept import (
     Call,
     Forward,
@@ -52,7 +54,11 @@ if TYPE_CHECKING:  # for annotations only: each of these imports this module
 
 log = logging.getLogger(__name__)
 
-MAX_INTERCEPTED_MESSAGE = 64 << 20  # unary messages the relay collects for an interceptor
+# Unary messages the relay collects for an interceptor (containerd takes at most 16 MiB), and
+# what a downstream connection's calls may hold in the relay at once (collected requests, held
+# responses, tapped copies).
+MAX_INTERCEPTED_MESSAGE = 16 << 20
+MAX_HELD = 32 << 20
 
 # _TEE: passing the upstream's response through while keeping a copy for an observer.
 # _TAP: passing both ways untouched while keeping copies of request and response for a tap.
@@ -90,7 +96,8 @@ class _Half:
         self.unacked = 0  # received bytes passed on but not yet credited back
 
     def credit(self, n: int) -> None:
-        """``n`` received bytes were passed on (or consumed): re-open our receive window."""
+        """``n`` received bytes were passed on (or consumed): re-open our receive windows."""
+        self.conn.credit_connection(n)
         if self.remote_ended:
             return
         unacked = self.unacked + n
@@ -112,12 +119,24 @@ class _Interception:
     response_blocks: list[HeaderList] = field(default_factory=list)
     response_data: list[bytes] = field(default_factory=list)
     delivering: bool = False
+    copy_dropped: bool = False  # a _TEE copy went over MAX_HELD: the observer gets no message
 
 
 class _Stream:
     """One call: its downstream half, its upstream half (once routed) and its relay state."""
 
-    __slots__ = ("down", "icpt", "method", "mode", "relay", "started", "status", "tap", "up")
+    __slots__ = (
+        "down",
+        "held",
+        "icpt",
+        "method",
+        "mode",
+        "relay",
+        "started",
+        "status",
+        "tap",
+        "up",
+    )
 
     def __init__(self, relay: RelayServer, method: str) -> None:
         self.relay = relay
@@ -129,6 +148,16 @@ class _Stream:
         self.up: _Half | None = None
         self.icpt: _Interception | None = None
         self.tap: Tap | None = None
+        self.held = 0  # bytes this call holds against its connection's MAX_HELD
+
+    def _hold(self, n: int) -> bool:
+        """Count ``n`` more bytes this call keeps; False when its connection has no room."""
+        conn = cast("_Downstream", self.down.conn)
+        if conn.held + n > MAX_HELD:
+            return False
+        conn.held += n
+        self.held += n
+        return True
 
     # --- frames from either side
 
@@ -165,10 +194,11 @@ class _Stream:
                 h.credit(len(data))  # nowhere to go: consume
             else:
                 peer.conn.send_data(peer, data, end)
-            if mode != _PASS:
-                icpt = self.icpt
-                assert icpt is not None
-                if h is self.down:
+            icpt = self.icpt
+            if mode != _PASS and icpt is not None and not icpt.copy_dropped:
+                if not self._hold(len(data)):
+                    self._drop_copies()
+                elif h is self.down:
                     icpt.parts.append(data)
                 else:
                     icpt.response_data.append(data)
@@ -178,24 +208,42 @@ class _Stream:
                 icpt = self.icpt
                 assert icpt is not None
                 icpt.size += len(data)
-                if icpt.size > MAX_INTERCEPTED_MESSAGE:
+                if icpt.size > MAX_INTERCEPTED_MESSAGE or not self._hold(len(data)):
                     self.mode = _DONE
                     self.answer(_RESOURCE_EXHAUSTED, f"request to {self.method} is too large")
                     return
                 icpt.parts.append(data)
                 if end:
                     self._collected()
-        else:  # _BUFFER: the upstream's response to an on_response call
+        elif mode == _BUFFER:  # the upstream's response to an on_response call
             h.credit(len(data))
-            assert self.icpt is not None
-            self.icpt.response_data.append(data)
+            icpt = self.icpt
+            assert icpt is not None
+            icpt.size += len(data)
+            if icpt.size > MAX_INTERCEPTED_MESSAGE or not self._hold(len(data)):
+                self.fail(_RESOURCE_EXHAUSTED, f"response of {self.method} is too large")
+                return
+            icpt.response_data.append(data)
             if end:
                 self._response_complete()
+        else:  # the call is over: what still comes is dropped
+            h.credit(len(data))
         if end:
             if h is self.down:
                 h.conn.closed_remote(h)
             else:
                 self._upstream_finished()
+
+    def _drop_copies(self) -> None:
+        """No room for a tapped or observed call's copies: pass it on untouched from now on."""
+        icpt = self.icpt
+        assert icpt is not None
+        log.warning("relay: no room to copy %s; its tap or observer sees no message", self.method)
+        icpt.parts, icpt.response_data = [], []
+        icpt.copy_dropped = True
+        if self.mode == _TAP:
+            self.mode = _PASS  # the tap is skipped for this call
+        # _TEE: the observer still hears how the call ended, without the message
 
     def on_reset(self, h: _Half, code: int) -> None:
         """The peer of ``h`` reset the stream."""
@@ -352,7 +400,8 @@ class _Stream:
             return
         up = self.up
         assert up is not None
-        up.conn.send_data(up, len(message).to_bytes(5, "big") + message, True)
+        icpt.size = 0  # from here on, it counts the response held for on_response
+        up.conn.send_data(up, len(message).to_bytes(5, "big") + message, True, own=True)
 
     def _never_sent(self, decision: Forward, code: int, message: str) -> None:
         assert decision.on_response is not None
@@ -365,6 +414,8 @@ class _Stream:
         if not end:
             return
         response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        if icpt.copy_dropped:
+            response = Response(response.status, response.details, None)
         icpt.response_blocks, icpt.response_data = [], []
         if self.tap is not None:
             body = b"".join(icpt.parts)
@@ -428,7 +479,7 @@ class _Stream:
             tail = blocks[1:]  # trailers (none for a trailers-only response)
             conn.send_headers(down, blocks[0], not data and not tail)
             for i, chunk in enumerate(data):
-                conn.send_data(down, chunk, not tail and i == len(data) - 1)
+                conn.send_data(down, chunk, not tail and i == len(data) - 1, own=True)
             for i, block in enumerate(tail):
                 conn.send_headers(down, block, i == len(tail) - 1)
         finally:

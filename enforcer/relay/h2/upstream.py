@@ -14,8 +14,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from enforcer.relay.h2.connection import _Endpoint
-from enforcer.relay.h2.flow import _Q_HEADERS
-from enforcer.relay.h2.frames import (
+from enforcer.relay.h2.flow import _Q_HEADERS, header_list_size
+from enforcer.relay.h2.framing import (
     MAX_WINDOW,
     PREFACE,
     ConnectionError_,
@@ -25,9 +25,9 @@ from enforcer.relay.h2.frames import (
     code_name,
     goaway_frame,
 )
-from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
-from enforcer.relay.h2.hpack import HeaderList
-from enforcer.relay.h2.streams import _Half, _Stream
+from enforcer.relay.h2.grpc_wire import _INTERNAL, _RESOURCE_EXHAUSTED, _UNAVAILABLE
+from enforcer.relay.h2.header_codec import HeaderList
+from enforcer.relay.h2.streams import _DONE, _Half, _Stream
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
     from enforcer.relay.h2.downstream import _Downstream
@@ -56,6 +56,9 @@ class _Upstream(_Endpoint):
     def _extra_settings(self) -> dict[int, int]:
         return {Setting.ENABLE_PUSH: 0}
 
+    def _sources(self) -> list[_Endpoint]:
+        return [self.owner]
+
     def connect(self) -> None:
         self._connect_task = self.relay.spawn(self._connect())
 
@@ -78,12 +81,24 @@ class _Upstream(_Endpoint):
             transport.close()
             return
         self.emit(PREFACE)
-        self._start()
+        self._start(transport)  # type: ignore[arg-type]
+        if self._paused_by:  # its downstream was not draining while we connected
+            transport.pause_reading()  # type: ignore[attr-defined]
         self.ready = True
         self._open_waiting()
         self.relay.flush()
 
-    def open(self, stream: _Stream, headers: HeaderList, end: bool) -> None:
+    def open(self, stream: _Stream, headers: HeaderList, end: bool) -> bool:
+        """Open ``stream`` here (now, or once the connection is up); False when it was answered
+        by the relay instead (its headers are over the runtime's header list size)."""
+        limit = self.peer_max_header_list
+        if limit and (size := header_list_size(headers)) > limit:
+            stream.mode = _DONE
+            stream.answer(
+                _RESOURCE_EXHAUSTED,
+                f"relay: request headers of {size} bytes exceed the runtime's limit of {limit}",
+            )
+            return False
         up = _Half(self, stream, 0)
         up.peer = stream.down
         stream.down.peer = up
@@ -98,11 +113,12 @@ class _Upstream(_Endpoint):
             self.next_sid += 2
             self.streams[up.sid] = up
             self._emit_headers(up, headers, end)
-            return
+            return True
         up.queue.append((_Q_HEADERS, headers, end))
         self.waiting.append(up)
         if self.ready:
             self._open_waiting()
+        return True
 
     def adopt(self, h: _Half) -> None:
         """Take over a not-yet-opened half from a connection that went away."""
@@ -157,6 +173,14 @@ class _Upstream(_Endpoint):
     def _half_failed(self, h: _Half, exc: StreamError) -> None:
         h.stream.fail(_INTERNAL, f"relay: upstream {self.target} stream error: {exc}")
 
+    def _headers_too_large(self, h: _Half, size: int) -> None:
+        """Request trailers over the runtime's SETTINGS_MAX_HEADER_LIST_SIZE."""
+        h.stream.fail(
+            _RESOURCE_EXHAUSTED,
+            f"relay: request trailers of {size} bytes exceed the runtime's limit of "
+            f"{self.peer_max_header_list}",
+        )
+
     def _stream_closed(self) -> None:
         if self.waiting:
             self._open_waiting()
@@ -199,6 +223,7 @@ class _Upstream(_Endpoint):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.ready = False
+        self._release_all()
         if self.owner.upstreams.get(self.target) is self:
             del self.owner.upstreams[self.target]
         reason = self._error or (str(exc) if exc else "connection closed")
