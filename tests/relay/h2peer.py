@@ -8,8 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import h2wire as fr
 from hpack import Decoder, Encoder
+
+from tests.relay import h2wire as fr
 
 Frame = fr.Wire
 

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import grpc
-import h2wire as fr
 import pytest
 from h2peer import Peer, Server, grpc_message, request_headers
 from relay_harness import FakeUpstream, RelayThread
@@ -22,6 +21,7 @@ from enforcer.relay.h2.grpc_wire import (
     percent_decode,
     percent_encode,
 )
+from tests.relay import h2wire as fr
 
 ECHO = "/test.Svc/Echo"
 

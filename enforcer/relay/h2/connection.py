@@ -36,6 +36,7 @@ from enforcer.relay.h2.framing import (
     ErrorCode,
     Frame,
     FrameReader,
+    FrameWriter,
     GoAwayFrame,
     HeadersFrame,
     PingFrame,
@@ -44,7 +45,6 @@ from enforcer.relay.h2.framing import (
     SettingsFrame,
     StreamError,
     goaway_frame,
-    ping_frame,
     rst_stream_frame,
     settings_frame,
     window_update_frame,
@@ -121,6 +121,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader()
+        self.writer = FrameWriter()
         self.decoder = HeaderDecoder(MAX_HEADER_LIST_SIZE)
         self.encoder = HeaderEncoder()
         self._out: list[bytes | memoryview] = []
@@ -395,7 +396,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _on_ping(self, frame: PingFrame) -> None:
         if "ACK" not in frame.flags:
             self._pings.hit()
-            self.emit(ping_frame(frame.opaque_data, ack=True))
+            self.emit(self.writer.pong(frame.opaque_data))
 
     def _on_goaway(self, frame: GoAwayFrame) -> None:
         self._peer_going_away(

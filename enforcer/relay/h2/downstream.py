@@ -61,7 +61,8 @@ class _Downstream(_Endpoint):
         return {Setting.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS}
 
     def _sources(self) -> list[_Endpoint]:
-        return list(self.upstreams.values())
+        # Itself too: a client that does not read its answers gets no more of its calls read.
+        return [self, *self.upstreams.values()]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.relay._conns.add(self)

@@ -14,16 +14,16 @@ sending half of every ``_Endpoint``).
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from enforcer.relay.h2.framing import (
     MAX_WINDOW,
     ConnectionError_,
     ErrorCode,
+    FrameWriter,
     StreamError,
     WindowUpdateFrame,
-    data_frame,
-    headers_frames,
 )
 from enforcer.relay.h2.grpc_wire import _final_status
 from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList
@@ -61,6 +61,7 @@ class _FlowControl:
     peer_max_frame: int
     peer_max_header_list: int
     encoder: HeaderEncoder
+    writer: FrameWriter
     observer: Observer | None
 
     if TYPE_CHECKING:  # provided by _Endpoint
@@ -120,7 +121,7 @@ class _FlowControl:
 
     def _emit_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
         block = self.encoder.encode(headers)
-        self.emit(headers_frames(h.sid, block, self.peer_max_frame, end))
+        self.emit(self.writer.headers(h.sid, block, self.peer_max_frame, end))
         h.headers_sent = True
         if end:
             if self.observer is not None:
@@ -145,7 +146,7 @@ class _FlowControl:
             out = self._out
             if not out:
                 self._dirty.append(self)
-            out.append(data_frame(h.sid, data, end))
+            out.append(self.writer.data(h.sid, data, end))
             if n:
                 h.window -= n
                 self.send_window -= n
@@ -187,7 +188,7 @@ class _FlowControl:
                     room = n
                     queue.popleft()
                     last = end
-                self.emit(data_frame(sid, chunk, last))
+                self.emit(self.writer.data(sid, chunk, last))
                 h.window -= room
                 self.send_window -= room
                 if kind == _Q_DATA and h.peer is not None:
@@ -195,7 +196,7 @@ class _FlowControl:
             else:
                 queue.popleft()
                 last = end
-                self.emit(data_frame(sid, b"", end))
+                self.emit(self.writer.data(sid, b"", end))
             if last:
                 self._ended_local(h)
                 break
@@ -214,4 +215,4 @@ class _FlowControl:
 
 def header_list_size(headers: HeaderList) -> int:
     """A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2)."""
-    return sum(len(name) + len(value) + 32 for name, value in headers)
+    return sum(map(len, chain.from_iterable(headers))) + 32 * len(headers)

@@ -136,6 +136,11 @@ def _refused(ftype: int, flags: int, sid: int, exc: HyperframeError) -> InvalidF
 
 
 _parse_header = Frame.parse_frame_header
+# Connection-level PING and WINDOW_UPDATE frames come back byte for byte (gRPC's BDP ping,
+# the same window increment after every call): the reader keeps a few parsed ones, by their
+# bytes, and hands the same (never changed) frame object out again.
+_MEMO_TYPES = frozenset((PING, WINDOW_UPDATE))
+_MEMO_ENTRIES = 64
 
 
 class FrameReader:
@@ -147,11 +152,12 @@ class FrameReader:
     know come out as ``ExtensionFrame``s, which the relay ignores as RFC 9113 requires.
     """
 
-    __slots__ = ("_buf", "_need", "broken", "max_frame_size")
+    __slots__ = ("_buf", "_memo", "_need", "broken", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
         self._buf = bytearray()
         self._need = 9
+        self._memo: dict[bytes, Frame] = {}
         self.max_frame_size = max_frame_size
         self.broken = False
 
@@ -172,7 +178,18 @@ class FrameReader:
         pos = 0
         end = len(view)
         limit = self.max_frame_size
+        memo = self._memo
         while end - pos >= 9:
+            key = None
+            if view[pos + 3] in _MEMO_TYPES and not any(view[pos + 5 : pos + 9]):
+                stop = pos + 9 + view[pos + 2]
+                if view[pos] == view[pos + 1] == 0 and stop <= end:
+                    key = view[pos:stop].tobytes()
+                    seen = memo.get(key)
+                    if seen is not None:
+                        frames.append(seen)
+                        pos = stop
+                        continue
             head = view[pos : pos + 9]
             refused: HyperframeError | None = None
             try:
@@ -199,6 +216,10 @@ class FrameReader:
             pos = stop
             if refused is None:
                 frames.append(frame)  # type: ignore[arg-type]
+                if key is not None:
+                    if len(memo) >= _MEMO_ENTRIES:
+                        memo.clear()
+                    memo[key] = frame  # type: ignore[assignment]
                 continue
             ftype, flags = head[3], head[4]
             if ftype > CONTINUATION:  # an extension frame we cannot read: ignored
@@ -213,6 +234,67 @@ class FrameReader:
         if pos < end:
             buf += view[pos:]
         return frames
+
+
+_END_STREAM = ("END_STREAM",)
+
+
+class FrameWriter:
+    """Serializes the frames a connection sends on every call (DATA, HEADERS with its
+    CONTINUATIONs, PING answers) with hyperframe, reusing one frame object per kind and flags
+    rather than building one per frame. One per connection (one event loop)."""
+
+    __slots__ = ("_cont", "_cont_end", "_data", "_data_end", "_headers", "_pongs")
+
+    def __init__(self) -> None:
+        self._data = DataFrame(1)
+        self._data_end = DataFrame(1, flags=_END_STREAM)
+        self._headers = {
+            (False, False): HeadersFrame(1),
+            (False, True): HeadersFrame(1, flags=("END_STREAM",)),
+            (True, False): HeadersFrame(1, flags=("END_HEADERS",)),
+            (True, True): HeadersFrame(1, flags=("END_HEADERS", "END_STREAM")),
+        }
+        self._cont = ContinuationFrame(1)
+        self._cont_end = ContinuationFrame(1, flags=("END_HEADERS",))
+        self._pongs: dict[bytes, bytes] = {}
+
+    def data(self, stream_id: int, data: bytes | memoryview, end: bool) -> bytes:
+        frame = self._data_end if end else self._data
+        frame.stream_id = stream_id
+        frame.data = data  # type: ignore[assignment]
+        out = frame.serialize()
+        frame.data = b""
+        return out
+
+    def headers(self, stream_id: int, block: bytes, max_frame_size: int, end: bool) -> bytes:
+        """HEADERS (+ CONTINUATION frames when the block exceeds the peer's frame size)."""
+        if len(block) <= max_frame_size:
+            frame = self._headers[True, end]
+            frame.stream_id = stream_id
+            frame.data = block
+            return frame.serialize()
+        chunks = [block[i : i + max_frame_size] for i in range(0, len(block), max_frame_size)]
+        frame = self._headers[False, end]
+        frame.stream_id = stream_id
+        frame.data = chunks[0]
+        parts = [frame.serialize()]
+        for i, chunk in enumerate(chunks[1:], 2):
+            cont = self._cont_end if i == len(chunks) else self._cont
+            cont.stream_id = stream_id
+            cont.data = chunk
+            parts.append(cont.serialize())
+        return b"".join(parts)
+
+    def pong(self, opaque: bytes) -> bytes:
+        """The PING ACK for ``opaque`` (gRPC pings repeat theirs: a few answers are kept)."""
+        out = self._pongs.get(opaque)
+        if out is None:
+            out = ping_frame(opaque, ack=True)
+            if len(self._pongs) >= _MEMO_ENTRIES:
+                self._pongs.clear()
+            self._pongs[opaque] = out
+        return out
 
 
 # --- builders: each returns the frame's bytes, serialized by hyperframe
@@ -240,29 +322,6 @@ def goaway_frame(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
     return GoAwayFrame(0, last_stream_id, int(code), debug).serialize()
 
 
-_END_STREAM = ("END_STREAM",)
-_NO_FLAGS: tuple[str, ...] = ()
-
-
-def data_frame(stream_id: int, data: bytes | memoryview, end: bool) -> bytes:
-    return DataFrame(stream_id, data, flags=_END_STREAM if end else _NO_FLAGS).serialize()  # type: ignore[arg-type]
-
-
-def headers_frames(stream_id: int, block: bytes, max_frame_size: int, end: bool) -> bytes:
-    """HEADERS (+ CONTINUATION frames when the block exceeds the peer's frame size)."""
-    if len(block) <= max_frame_size:
-        flags = ("END_HEADERS", "END_STREAM") if end else ("END_HEADERS",)
-        return HeadersFrame(stream_id, block, flags=flags).serialize()
-    chunks = [block[i : i + max_frame_size] for i in range(0, len(block), max_frame_size)]
-    parts: list[Frame] = [
-        HeadersFrame(stream_id, chunks[0], flags=_END_STREAM if end else _NO_FLAGS)
-    ]
-    for i, chunk in enumerate(chunks[1:], 2):
-        last = i == len(chunks)
-        parts.append(ContinuationFrame(stream_id, chunk, flags=("END_HEADERS",) if last else ()))
-    return b"".join(f.serialize() for f in parts)
-
-
 __all__ = [
     "CONTINUATION",
     "DATA",
@@ -286,6 +345,7 @@ __all__ = [
     "ExtensionFrame",
     "Frame",
     "FrameReader",
+    "FrameWriter",
     "GoAwayFrame",
     "HeadersFrame",
     "InvalidFrame",

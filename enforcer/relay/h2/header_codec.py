@@ -25,10 +25,15 @@ it never pays for (or risks) a text round trip.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
 import hpack
+
+# hpack logs every field it decodes or encodes, values included, at debug level: the relay's
+# debug log (`--log-level debug`) is about calls, not header bytes.
+logging.getLogger("hpack").setLevel(logging.WARNING)
 
 HeaderList = list[tuple[bytes, bytes]]
 
