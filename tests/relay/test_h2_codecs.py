@@ -1,0 +1,160 @@
+"""The relay's thin wrappers over hyperframe and hpack: what they add must not change a byte.
+
+The libraries are tested upstream; here: the reader's splitting and error mapping, its memo of
+repeated control frames, the frame writer's reused frames, the decoder's memo and its header
+list bound, and the encoder's never-indexed, memoized fields.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import hpack
+import pytest
+from hyperframe.frame import Frame
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from enforcer.relay.h2.framing import (
+    ConnectionError_,
+    ErrorCode,
+    FrameReader,
+    FrameWriter,
+    InvalidFrame,
+    StreamError,
+)
+from enforcer.relay.h2.header_codec import HeaderBlockError, HeaderDecoder, HeaderEncoder
+from tests.relay import h2wire as fr
+
+names = st.sampled_from([b":path", b"content-type", b"grpc-timeout", b"x-a", b"x-b", b"te"])
+fields = st.tuples(names, st.binary(min_size=0, max_size=40))
+header_lists = st.lists(fields, min_size=1, max_size=8)
+
+
+def frames_of(wire: bytes) -> list[tuple[int, int, bytes]]:
+    return [(f[0], f[2], f[3]) for f in fr.FrameReader().feed(wire)]
+
+
+@given(
+    st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=6),
+    st.lists(st.integers(1, 400), max_size=20),
+)
+def test_reader_reassembles_frames_across_any_split(payloads: list[bytes], cuts: list[int]):
+    wire = b"".join(fr.data_frame(2 * i + 1, p) for i, p in enumerate(payloads))
+    wire += fr.ping_frame(b"12345678") * 2  # memoized the second time
+    reader = FrameReader()
+    got: list[Frame] = []
+    pos = 0
+    for cut in [*cuts, len(wire)]:
+        got += reader.feed(memoryview(wire[pos : pos + cut]))
+        pos += cut
+        if pos >= len(wire):
+            break
+    got += reader.feed(wire[pos:]) if pos < len(wire) else []
+    assert [f.data for f in got[: len(payloads)]] == payloads  # type: ignore[attr-defined]
+    assert [f.stream_id for f in got[: len(payloads)]] == [2 * i + 1 for i in range(len(payloads))]
+    assert [f.opaque_data for f in got[len(payloads) :]] == [b"12345678"] * 2  # type: ignore[attr-defined]
+
+
+def test_reader_memoizes_connection_control_frames_only() -> None:
+    reader = FrameReader()
+    a, b = reader.feed(fr.window_update_frame(0, 40) * 2)
+    assert a is b and a.window_increment == 40  # type: ignore[attr-defined]
+    c, d = reader.feed(fr.window_update_frame(1, 40) * 2)  # stream-level: parsed each time
+    assert c is not d
+    e, g = reader.feed(fr.ping_frame(b"abcdefgh") + fr.ping_frame(b"abcdefgh", ack=True))
+    assert e is not g and "ACK" in g.flags and "ACK" not in e.flags
+
+
+@pytest.mark.parametrize(
+    ("wire", "error", "code"),
+    [
+        (fr.frame(fr.DATA, 0, 0, b"x"), ConnectionError_, ErrorCode.PROTOCOL_ERROR),
+        (fr.frame(fr.PING, 0, 0, b"short"), ConnectionError_, ErrorCode.FRAME_SIZE_ERROR),
+        (fr.frame(fr.SETTINGS, 0, 0, b"\x00"), ConnectionError_, ErrorCode.FRAME_SIZE_ERROR),
+        (fr.frame(fr.SETTINGS, 1, 0, b"\x00" * 6), ConnectionError_, ErrorCode.FRAME_SIZE_ERROR),
+        (fr.frame(fr.PRIORITY, 0, 1, b"\x00"), StreamError, ErrorCode.FRAME_SIZE_ERROR),
+        (fr.frame(fr.WINDOW_UPDATE, 0, 3, b"\0\0\0\0"), StreamError, ErrorCode.PROTOCOL_ERROR),
+        (fr.frame(fr.DATA, 8, 1, b"\x05ab"), ConnectionError_, ErrorCode.PROTOCOL_ERROR),
+        (fr.frame_header(fr.DATA, 0, 1, 20000), ConnectionError_, ErrorCode.FRAME_SIZE_ERROR),
+    ],
+    ids=["data-0", "ping", "settings", "settings-ack", "priority", "wu-0", "padding", "size"],
+)
+def test_reader_maps_refused_frames_to_rfc_errors(wire: bytes, error: type, code: ErrorCode):
+    (bad,) = FrameReader().feed(wire + fr.ping_frame(b"12345678") * (error is StreamError))[:1]
+    assert isinstance(bad, InvalidFrame)
+    assert isinstance(bad.error, error) and bad.error.code == code
+
+
+def test_reader_skips_unknown_frame_types() -> None:
+    (ext, ping) = FrameReader().feed(fr.frame(0xEE, 0, 0, b"xyz") + fr.ping_frame(b"12345678"))
+    assert ext.type == 0xEE and ping.opaque_data == b"12345678"  # type: ignore[attr-defined]
+
+
+@given(st.binary(max_size=50_000), st.booleans(), st.integers(1, 40))
+@settings(max_examples=50)
+def test_writer_headers_split_into_continuations(block: bytes, end: bool, sid: int):
+    writer = FrameWriter()
+    wire = writer.headers(sid, block, 16384, end) + writer.data(sid, b"tail", False)
+    got = frames_of(wire)
+    assert got[-1] == (fr.DATA, sid, b"tail")  # the reused frames leave nothing behind
+    heads = got[:-1]
+    assert heads[0][0] == fr.HEADERS and all(f[0] == fr.CONTINUATION for f in heads[1:])
+    assert b"".join(f[2] for f in heads) == block
+    flags = [f[1] for f in fr.FrameReader().feed(wire)[:-1]]
+    assert flags[-1] & fr.FLAG_END_HEADERS and not any(f & 4 for f in flags[:-1])
+    assert bool(flags[0] & fr.FLAG_END_STREAM) == end
+
+
+@given(st.lists(header_lists, min_size=1, max_size=12), st.integers(0, 4096))
+@settings(max_examples=100)
+def test_decoder_memo_agrees_with_plain_hpack(blocks: list, table_size: int) -> None:
+    """Whatever the peer's encoder does with its table, the memo never returns a stale list."""
+    encoder = hpack.Encoder()
+    ours, plain = HeaderDecoder(), hpack.Decoder()
+    for i, headers in enumerate(blocks * 2):  # each list twice: fully indexed the second time
+        if i == len(blocks):
+            encoder.header_table_size = table_size
+        block = encoder.encode(headers)
+        assert list(ours.decode(block)) == list(plain.decode(block, raw=True))
+
+
+def test_decoder_stops_a_bomb_without_memory() -> None:
+    encoder = hpack.Encoder()
+    block = encoder.encode([(b"x-bomb", b"x" * 4000)]) + b"\xbe" * 100_000  # 400 MB decoded
+    decoder = HeaderDecoder(64 << 10)
+    tracemalloc.start()
+    try:
+        with pytest.raises(HeaderBlockError) as err:
+            decoder.decode(block)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.too_large
+    assert peak < 1 << 20
+
+
+def test_decoder_errors_are_header_block_errors() -> None:
+    with pytest.raises(HeaderBlockError) as err:
+        HeaderDecoder().decode(b"\xff\xff\xff\xff\x0f")  # index far out of range
+    assert not err.value.too_large
+
+
+@given(header_lists)
+def test_encoder_never_indexes_and_round_trips(headers: list[tuple[bytes, bytes]]) -> None:
+    encoder, decoder = HeaderEncoder(), hpack.Decoder()
+    for _ in range(2):  # the second time from the field memo
+        block = encoder.encode(headers)
+        assert list(decoder.decode(block, raw=True)) == headers
+        assert decoder.header_table_size == 4096 and len(decoder.header_table.dynamic_entries) == 0
+
+
+def test_encoder_announces_a_smaller_table_after_the_peers_setting() -> None:
+    encoder = HeaderEncoder()
+    encoder.peer_table_size(0)
+    block = encoder.encode([(b"x-a", b"1")])
+    assert block[0] & 0xE0 == 0x20  # a dynamic table size update comes first
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = 0  # what the peer now allows
+    assert list(decoder.decode(block, raw=True)) == [(b"x-a", b"1")]
+    assert encoder.encode([(b"x-a", b"1")])[0] & 0xE0 != 0x20  # once only
