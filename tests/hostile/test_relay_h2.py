@@ -370,3 +370,29 @@ def test_continuation_flood_gets_goaway(enforcer: EnforcerProcess, measured) -> 
     )
     assert code == ErrorCode.ENHANCE_YOUR_CALM, debug
     assert grew < 16 and latency < 1
+
+
+def test_connection_flood_is_capped(enforcer: EnforcerProcess, measured) -> None:
+    """Connections that send a preface and then nothing: past the cap, closed as accepted."""
+    pid = pid_of(enforcer)
+    start_rss = rss_mib(pid)
+    peers = []
+    for _ in range(300):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(enforcer.relay_socket)
+        sock.sendall(fr.PREFACE + fr.settings_frame({}))
+        peers.append(Peer(sock))
+    time.sleep(1)
+    grew = rss_mib(pid) - start_rss
+    open_ = sum(1 for p in peers if p.next_frame(timeout=2) is not None and not p.eof)
+    for p in peers:
+        p.close()
+    time.sleep(0.5)
+    latency = version_seconds(enforcer)
+    measured(
+        "300 idle HTTP/2 connections to the relay",
+        "128 served at most, the rest closed at once; RSS +32 MiB at most",
+        f"{open_} served, {300 - open_} closed; RSS +{grew:.1f} MiB; "
+        f"next call after they left {latency * 1000:.0f} ms",
+    )
+    assert open_ <= 128 and grew < 32 and latency < 1

@@ -158,3 +158,10 @@ def test_encoder_announces_a_smaller_table_after_the_peers_setting() -> None:
     decoder.max_allowed_table_size = 0  # what the peer now allows
     assert list(decoder.decode(block, raw=True)) == [(b"x-a", b"1")]
     assert encoder.encode([(b"x-a", b"1")])[0] & 0xE0 != 0x20  # once only
+
+
+def test_encoder_keeps_an_owed_update_when_the_peer_repeats_its_setting() -> None:
+    encoder = HeaderEncoder()
+    encoder.peer_table_size(0)
+    encoder.peer_table_size(0)  # the same SETTINGS again before the next block
+    assert encoder.encode([(b"x-a", b"1")])[0] & 0xE0 == 0x20

@@ -6,9 +6,9 @@ socket its calls are routed to (``upstream``). Header blocks are decoded with th
 side's HPACK decoder and re-encoded for the other side with a stateless non-indexing encoder,
 so the two sides' HPACK contexts are independent.
 
-Bounds: at most MAX_CONCURRENT_STREAMS open calls (announced; one more is refused with
-REFUSED_STREAM, which gRPC clients retry), and the relay's own holdings per connection
-(``streams.MAX_HELD``).
+Bounds: at most MAX_CONNECTIONS connections, MAX_CONCURRENT_STREAMS open calls on each
+(announced; one more is refused with REFUSED_STREAM, which gRPC clients retry), and the
+relay's own holdings per connection (``streams.MAX_HELD``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 # Calls open at once on one connection from kubelet. kubelet's exec probes (ExecSync) each hold
 # a stream for the probe's timeout, so this is well above a full node's probes.
 MAX_CONCURRENT_STREAMS = 1000
+# Connections from kubelet (and crictl) at once; one more is closed as it is accepted.
+MAX_CONNECTIONS = 128
 
 
 class _Downstream(_Endpoint):
@@ -65,7 +67,13 @@ class _Downstream(_Endpoint):
         return [self, *self.upstreams.values()]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.relay._conns.add(self)
+        relay = self.relay
+        if len(relay._conns) >= MAX_CONNECTIONS:
+            log.warning("relay: %d connections already: one more refused", MAX_CONNECTIONS)
+            self.closed = True
+            transport.close()
+            return
+        relay._conns.add(self)
         self._start(transport)  # type: ignore[arg-type]
         self.relay.flush()
         self.data_received = self._preface_received  # type: ignore[method-assign]
@@ -185,10 +193,7 @@ class _Downstream(_Endpoint):
         )
 
     def forget(self, h: _Half) -> None:
-        stream = h.stream
-        if stream.held:
-            self.held -= stream.held
-            stream.held = 0
+        h.stream.release_held()
         super().forget(h)
 
     def _stream_closed(self) -> None:
@@ -217,6 +222,7 @@ class _Downstream(_Endpoint):
         observer = self.observer
         for h in list(self.streams.values()):
             h.local_ended = h.remote_ended = True
+            h.stream.release_held()
             h.stream.client_gone(ErrorCode.CANCEL)
             if observer is not None:
                 _report(observer, h.stream)

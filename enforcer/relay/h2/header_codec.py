@@ -119,8 +119,10 @@ class HeaderEncoder:
 
     def peer_table_size(self, size: int) -> None:
         """The peer announced SETTINGS_HEADER_TABLE_SIZE ``size``."""
-        self._encoder.header_table_size = size
-        self._announce = True
+        # Only a change: hpack forgets an update it owes when told the same size again.
+        if size != self._encoder.header_table_size:
+            self._encoder.header_table_size = size
+            self._announce = True
 
     def _field(self, name: bytes, value: bytes) -> bytes:
         global _field_memo_bytes

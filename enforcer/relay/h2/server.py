@@ -44,6 +44,7 @@ class RelayServer:
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
         self._dirty: list[_FlowControl] = []
+        self.held = 0  # bytes all calls hold in the relay (streams.MAX_HELD_TOTAL)
         self._read_view = memoryview(bytearray(READ_BUFFER))
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()

@@ -7,8 +7,9 @@ forwarding or refusing, ``on_response``, taps.
 Limits, by design: intercepted methods must be unary-request (one uncompressed message; other
 shapes are answered UNIMPLEMENTED), and their request, like a buffered ``on_response``
 response, is held in memory whole: at most MAX_INTERCEPTED_MESSAGE bytes each, and at most
-MAX_HELD bytes of such requests, responses and tapped copies per downstream connection (a
-call past it is answered RESOURCE_EXHAUSTED; a tap past it is skipped for that call).
+MAX_HELD bytes of such requests, responses and tapped copies per downstream connection, and
+MAX_HELD_TOTAL for all (a call past it is answered RESOURCE_EXHAUSTED; a tap past it is
+skipped for that call).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 # responses, tapped copies).
 MAX_INTERCEPTED_MESSAGE = 16 << 20
 MAX_HELD = 32 << 20
+MAX_HELD_TOTAL = 64 << 20  # the same, for all connections together
 
 # _TEE: passing the upstream's response through while keeping a copy for an observer.
 # _TAP: passing both ways untouched while keeping copies of request and response for a tap.
@@ -153,11 +155,21 @@ class _Stream:
     def _hold(self, n: int) -> bool:
         """Count ``n`` more bytes this call keeps; False when its connection has no room."""
         conn = cast("_Downstream", self.down.conn)
-        if conn.held + n > MAX_HELD:
+        relay = self.relay
+        if conn.held + n > MAX_HELD or relay.held + n > MAX_HELD_TOTAL:
             return False
         conn.held += n
+        relay.held += n
         self.held += n
         return True
+
+    def release_held(self) -> None:
+        """The call is over on its downstream connection: what it held is free again."""
+        held = self.held
+        if held:
+            self.held = 0
+            cast("_Downstream", self.down.conn).held -= held
+            self.relay.held -= held
 
     # --- frames from either side
 
