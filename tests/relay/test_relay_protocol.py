@@ -338,10 +338,13 @@ def test_grpc_timeout_formatting(seconds: float) -> None:
 # --------------------------------------------------------------------------- the upstream side
 
 
-def serve_echo(peer: Peer, settings: dict[int, int] | None = None) -> dict[int, bytes]:
-    """A minimal gRPC-over-HTTP/2 echo server for one connection; returns bodies by stream."""
+def serve_echo(
+    peer: Peer, settings: dict[int, int] | None = None, bodies: dict[int, bytes] | None = None
+) -> dict[int, bytes]:
+    """A minimal gRPC-over-HTTP/2 echo server for one connection; returns bodies by stream
+    (kept in ``bodies`` as they come, when given)."""
     peer.send(fr.settings_frame(settings or {}))
-    bodies: dict[int, bytes] = {}
+    bodies = {} if bodies is None else bodies
     while (f := peer.next_frame(10)) is not None:
         ftype, flags, sid, payload = f
         if ftype == fr.HEADERS:
@@ -505,3 +508,63 @@ def test_graceful_close_sends_goaway(relay: RelayThread, client: Callable[..., P
     relay.close(grace=1.0)
     last, code, _ = peer.goaway()
     assert (last, code) == (1, ErrorCode.NO_ERROR)
+
+
+# --------------------------------------------------------------------------- header list limits
+
+
+def test_request_headers_over_the_runtimes_limit_are_answered_by_the_relay(
+    workdir: str,
+    relay_factory: Callable[..., RelayThread],
+    channel_factory: Callable[[str], grpc.Channel],
+) -> None:
+    """The runtime announced SETTINGS_MAX_HEADER_LIST_SIZE: a larger request never reaches it."""
+    opened: dict[int, bytes] = {}
+    path = os.path.join(workdir, "limited.sock")
+    server = Server(
+        path, lambda peer: serve_echo(peer, {Setting.MAX_HEADER_LIST_SIZE: 1024}, opened)
+    )
+    try:
+        relay = relay_factory(lambda _p: path)
+        stub = channel_factory(relay.socket_path).unary_unary(ECHO)
+        assert stub(b"small", timeout=10) == b"small"  # the relay now has the runtime's SETTINGS
+        with pytest.raises(grpc.RpcError) as err:
+            stub(b"big", metadata=[("x-big", "y" * 2000)], timeout=10)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "runtime's limit of 1024" in (err.value.details() or "")
+        assert stub(b"again", timeout=10) == b"again"
+    finally:
+        server.close()
+    assert len(opened) == 2  # the big one never opened upstream
+
+
+def test_response_headers_over_the_clients_limit_become_a_status(
+    workdir: str, relay_factory: Callable[..., RelayThread]
+) -> None:
+    """The client announced SETTINGS_MAX_HEADER_LIST_SIZE: a larger response is not sent."""
+
+    def handler(peer: Peer) -> None:
+        peer.send(fr.settings_frame({}))
+        f = peer.frames_until(lambda f: f[0] in (fr.HEADERS, fr.DATA) and f[1] & 1)[-1]
+        big = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"x-big", b"z" * 900)]
+        peer.headers(f[2], big)
+        peer.data(f[2], grpc_message(b"answer"))
+        peer.headers(f[2], [(b"grpc-status", b"0")], end=True)
+        peer.quiet_frames(1.0)
+
+    path = os.path.join(workdir, "big-answers.sock")
+    server = Server(path, handler)
+    try:
+        relay = relay_factory(lambda _p: path)
+        peer = Peer.client(relay.socket_path, {Setting.MAX_HEADER_LIST_SIZE: 500})
+        peer.headers(1, request_headers(ECHO))
+        peer.data(1, grpc_message(b"question"), end=True)
+        frames = peer.frames_until(lambda f: f[2] == 1 and f[1] & fr.FLAG_END_STREAM)
+        blocks = [dict(peer.decode(f)) for f in frames if f[0] == fr.HEADERS and f[2] == 1]
+        peer.close()
+    finally:
+        server.close()
+    assert len(blocks) == 1 and b"x-big" not in blocks[0]
+    assert blocks[0][b"grpc-status"] == b"13"
+    assert b"client's limit of 500" in blocks[0][b"grpc-message"]
+    assert data_of(frames, 1) == b""
