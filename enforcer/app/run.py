@@ -22,12 +22,10 @@ from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.owned_state import OwnedStateStore
 from enforcer.app.watch import ConfigWatcher
 from enforcer.cluster import LastGoodStore
-from enforcer.controllers.blockio import BlockIOController
-from enforcer.controllers.cpuset import CgroupCpusets
+from enforcer.controllers.base import Roots
 from enforcer.controllers.errors import ApplyError
-from enforcer.controllers.rdt import RdtController
+from enforcer.controllers.registry import node_controllers
 from enforcer.engine import Enforcer, StateWriteFailed
-from enforcer.engine.classes import ClassControllers
 from enforcer.engine.ports import RuntimeAway
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
@@ -63,21 +61,21 @@ def build_enforcer(
     start: Start,
     runtime: RuntimeClient,
 ) -> Enforcer:
-    classes = ClassControllers(
-        RdtController(options.resctrl_root),
-        BlockIOController(options.cgroupfs_root, sysfs_root=options.sysfs_root),
-        metrics,
-        cgroupfs_root=options.cgroupfs_root,
+    controllers = node_controllers(
+        Roots(
+            cgroupfs=options.cgroupfs_root, sysfs=options.sysfs_root, resctrl=options.resctrl_root
+        ),
+        topology,
     )
-    classes.configure(start.config)
+    for warning in controllers.configure(start.config):
+        log.warning("%s", warning)
     return Enforcer(
         topology=topology,
         config=start.config,
         store=store,
         runtime=runtime,
         metrics=metrics,
-        classes=classes,
-        cpusets=CgroupCpusets(options.cgroupfs_root),
+        controllers=controllers,
     )
 
 
