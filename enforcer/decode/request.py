@@ -22,6 +22,11 @@ from enforcer.decode.kubelet import (
 from enforcer.decode.machine import Machine
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
+from resource_contract.balloons import (
+    BalloonAccess,
+    resolve_balloon,
+    validate_balloon_annotations,
+)
 from resource_contract.classes import (
     ClassAccess,
     ClassKind,
@@ -100,6 +105,8 @@ class ContainerRequest:
     # What kubelet asked for, checked against the machine; `cpu.preserve` keeps it.
     kubelet_cpus: CPUSet = field(default_factory=CPUSet)
     kubelet_mems: CPUSet = field(default_factory=CPUSet)
+    # The balloon type its annotations ask for (read by the balloons policy only).
+    balloon: str | None = None
 
     @property
     def key(self) -> str:
@@ -127,6 +134,9 @@ class ClassSettings:
     blockio: Collection[str] | None = None
     access: ClassAccess = field(default_factory=ClassAccess)
     preferences: PreferenceAccess = field(default_factory=PreferenceAccess)
+    # Balloon types a pod may ask for; None: not the balloons policy, any well-formed name.
+    balloon_types: Collection[str] | None = None
+    balloon_access: BalloonAccess = field(default_factory=BalloonAccess)
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -293,6 +303,7 @@ def decode_container(
 
     try:
         validate_class_annotations(annotations)
+        validate_balloon_annotations(annotations)
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
@@ -347,6 +358,17 @@ def decode_container(
             reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
             raise DecodeError(reason, f"pod {pod}: {exc}") from None
 
+    try:
+        balloon = resolve_balloon(
+            annotations,
+            name,
+            namespace=create.namespace,
+            types=classes.balloon_types,
+            access=classes.balloon_access,
+        )
+    except ClassRequestError as exc:
+        reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
+        raise DecodeError(reason, f"pod {pod}: {exc}") from None
     rdt = _class("rdt", classes.rdt)
     blockio = _class("blockio", classes.blockio)
     prefs = Preferences(
@@ -370,5 +392,6 @@ def decode_container(
         blockio_explicit=bool(blockio and blockio.explicit),
         kubelet_cpus=kubelet_cpus,
         kubelet_mems=kubelet_mems,
+        balloon=balloon.name if balloon else None,
         **numbers,
     )

@@ -57,6 +57,10 @@ def class_settings(config: Config) -> ClassSettings:
         blockio=config.configured_classes("blockio"),
         access=config.class_access(),
         preferences=config.preference_access(),
+        balloon_types=(
+            config.policy.balloon_type_names() if config.policy.name == "balloons" else None
+        ),
+        balloon_access=config.balloon_access(),
     )
 
 
