@@ -24,7 +24,7 @@ from enforcer.configuration import load_config, parse_config
 from enforcer.controllers.blockio import compile_classes
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt import plan_rdt, read_resctrl_info
-from enforcer.policy import resolve_cpu_sets
+from enforcer.policy import make_policy
 from enforcer.topology import TopologyError, read_topology
 from resource_contract.config import Config, ConfigError
 
@@ -131,7 +131,8 @@ def _hardware_checks(
                 "above are fixed"
             )
         try:
-            resolve_cpu_sets(read_topology(sysfs_root), config.policy)
+            # The policy as it would start: its CPU sets, and the balloons policy's minBalloons.
+            make_policy(read_topology(sysfs_root), config.policy)
         except ConfigError as exc:
             problems.extend(exc.problems)
         except TopologyError as exc:

@@ -138,6 +138,7 @@ class Enforcer:
         self.metrics.cpus.labels("shared").set(len(policy.available - taken))
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
+        self.metrics.set_balloons(policy.balloon_views())
 
     # -- configuration -------------------------------------------------------------------------
 

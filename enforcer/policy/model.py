@@ -11,7 +11,7 @@ from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 
 PlacementKind = Literal[
-    "exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged", "held"
+    "exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged", "held", "balloon"
 ]
 
 
@@ -89,6 +89,20 @@ class PoolView:
     mems: CPUSet  # its memory nodes: its CPUs' nodes plus their memory-only nodes
     memory_capacity: int  # bytes; 0 when the topology does not know
     memory_used: int  # bytes charged to its memory nodes
+
+
+@dataclass(frozen=True)
+class BalloonView:
+    """One balloon for `status`, `plan` and the metrics (a snapshot)."""
+
+    type: str
+    instance: int
+    name: str
+    cpus: CPUSet
+    containers: tuple[str, ...]  # registry keys
+    milli: int  # CPU requested by its containers
+    shared_idle: CPUSet  # idle CPUs its containers also run on
+    cpu_class: str | None
 
 
 class PlacementError(Refusal):
