@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from resource_contract.affinity import AffinityError, validate_affinity_annotations
 from resource_contract.balloons import (
     BalloonAccess,
     resolve_balloon,
@@ -74,7 +75,8 @@ class Denial(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-        # For metrics: malformed, unknown, forbidden, preference, preference-forbidden, quantity.
+        # For metrics: malformed, unknown, forbidden, preference, preference-forbidden, quantity,
+        # affinity.
         self.reason = reason
         self.message = message
 
@@ -243,6 +245,11 @@ def compute_annotation(pod: PodInput, policy: Policy) -> str:
             )
     except ClassRequestError as exc:
         raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+    try:
+        names = [c.name for c in pod.init_containers + pod.containers]
+        validate_affinity_annotations(annotations, names)
+    except AffinityError as exc:
+        raise Denial(400, "affinity", str(exc)) from None
     _check_quantities(pod)
     qos = qos_class(_spec(pod))
 

@@ -96,6 +96,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             annotations=annotations,
             cgroup_parent=cgroup_parent,
             resources=resources_for(container),
+            labels=dict(meta.get("labels") or {}),
         )
         try:
             request = decode_container(create, classes=class_settings(config), machine=machine)

@@ -22,6 +22,7 @@ from enforcer.decode.kubelet import (
 from enforcer.decode.machine import Machine
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
+from resource_contract.affinity import AffinityError, AffinityTerm, resolve_affinity
 from resource_contract.balloons import (
     BalloonAccess,
     resolve_balloon,
@@ -70,6 +71,7 @@ class ContainerCreate:
     cgroup_parent: str  # the pod's, as kubelet set it
     resources: KubeletResources
     attempt: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pod's
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,9 @@ class ContainerRequest:
     kubelet_mems: CPUSet = field(default_factory=CPUSet)
     # The balloon type its annotations ask for (read by the balloons policy only).
     balloon: str | None = None
+    # Its affinity and anti-affinity rules, and its pod's labels (which others' rules read).
+    affinity: tuple[AffinityTerm, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -369,6 +374,10 @@ def decode_container(
     except ClassRequestError as exc:
         reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
         raise DecodeError(reason, f"pod {pod}: {exc}") from None
+    try:
+        affinity = resolve_affinity(annotations, name)
+    except AffinityError as exc:
+        raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
     rdt = _class("rdt", classes.rdt)
     blockio = _class("blockio", classes.blockio)
     prefs = Preferences(
@@ -393,5 +402,7 @@ def decode_container(
         kubelet_cpus=kubelet_cpus,
         kubelet_mems=kubelet_mems,
         balloon=balloon.name if balloon else None,
+        affinity=affinity,
+        labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
         **numbers,
     )

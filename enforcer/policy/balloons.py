@@ -37,8 +37,10 @@ from enforcer.cpuallocator import allocate_cpus, release_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
+from enforcer.policy.topology_aware import subject_of
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
+from resource_contract.affinity import weight_towards
 from resource_contract.config import (
     DEFAULT_BALLOON,
     RESERVED_BALLOON,
@@ -363,6 +365,11 @@ class BalloonsPolicy(Policy):
     ) -> tuple[int, ...]:
         """Lower is better (see the module's docstring for the order)."""
         members = [self.admitted[k].request for k in (b.members if b else {}) if k in self.admitted]
+        # Affinity rules pull the container into a balloon (positive) or push it out.
+        attraction = 0
+        if request.affinity:
+            me = subject_of(request)
+            attraction = sum(weight_towards(request.affinity, me, subject_of(m)) for m in members)
         same_pod = sum(1 for m in members if m.pod_uid == request.pod_uid)
         pod_key = same_pod if btype.preferSpreadingPods else (0 if same_pod else 1)
         ns_key = 0
@@ -375,6 +382,7 @@ class BalloonsPolicy(Policy):
         return (
             0 if b is not None and b.name == hint else 1,  # where it was before a restart
             -len(b.cpus & keep) if b is not None and keep else 0,  # where it runs
+            -attraction,
             pod_key,
             ns_key,
             new_key,

@@ -1,6 +1,7 @@
 """The webhook's checks of balloon-type annotations, as it checks class annotations: a
 malformed or unknown type is a 400, a type the namespace may not use a 403, each naming the
-annotation and what is allowed."""
+annotation and what is allowed; and of affinity annotations (malformed, or naming a container
+the pod does not have: 400)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,22 @@ def test_malformed_type_is_refused_even_without_a_configuration() -> None:
     # Without --config any well-formed type goes: the node checks it against its own.
     _, response = admit({"balloon.resource-enforcer.dev/pod": "anything"}, "web", OPEN)
     assert response["allowed"] is True
+
+
+ANTI = "resource-policy.nri.io/anti-affinity"
+AFF = "resource-policy.nri.io/affinity"
+
+
+def test_webhook_refuses_malformed_affinity_and_unknown_containers() -> None:
+    mutator = OPEN
+    for value, message in (
+        ("app: [{match: {key: name, operator: Near}}]", "operator"),
+        ("ap: [db]", 'the pod has no container "ap"'),
+    ):
+        p = pod([container("app")], annotations={ANTI: value})
+        result = handle(body(review(p)), mutator)
+        response = json.loads(result.body)["response"]
+        assert (result.reason, response["status"]["code"]) == ("affinity", 400)
+        assert message in response["status"]["message"]
+    ok = pod([container("app"), container("db")], annotations={AFF: "app: [db]"})
+    assert json.loads(handle(body(review(ok)), mutator).body)["response"]["allowed"] is True
