@@ -71,12 +71,11 @@ class KernelLike(CpuClassController):
             ("scaling_min_freq", "scaling_max_freq"),
             ("min_freq_khz", "max_freq_khz"),
         ):
-            if rel.endswith(low) and (self.root / rel.replace(low, high)).exists():
-                if int(value) > int((self.root / rel.replace(low, high)).read_text()):
-                    raise AssertionError(f"EINVAL: {rel}={value} above the maximum")
-            if rel.endswith(high) and (self.root / rel.replace(high, low)).exists():
-                if int(value) < int((self.root / rel.replace(high, low)).read_text()):
-                    raise AssertionError(f"EINVAL: {rel}={value} below the minimum")
+            lower, upper = self.root / rel.replace(high, low), self.root / rel.replace(low, high)
+            if rel.endswith(low) and upper.exists() and int(value) > int(upper.read_text()):
+                raise AssertionError(f"EINVAL: {rel}={value} above the maximum")
+            if rel.endswith(high) and lower.exists() and int(value) < int(lower.read_text()):
+                raise AssertionError(f"EINVAL: {rel}={value} below the minimum")
         self.writes.append((rel, value))
         super()._write(rel, value)
 
