@@ -4,11 +4,13 @@ that serves them is `enforcer.app.metrics_server`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from enforcer.build import version
+from enforcer.policy import BalloonView
 
 # The methods of runtime.v1.RuntimeService and runtime.v1.ImageService (k8s.io/cri-api); a
 # test keeps this list in step with proto/. Any other path a client sends is "other": the
@@ -132,6 +134,26 @@ class EnforcerMetrics:
             "saved state cannot be read (new containers and resizes are refused meanwhile)",
             registry=r,
         )
+        # Per balloon (balloons policy): type names come from the configuration, never a peer.
+        self.balloon_cpus = Gauge(
+            "resource_enforcer_balloon_cpus",
+            "CPUs of each balloon",
+            ["balloon_type", "instance"],
+            registry=r,
+        )
+        self.balloon_containers = Gauge(
+            "resource_enforcer_balloon_containers",
+            "containers in each balloon",
+            ["balloon_type", "instance"],
+            registry=r,
+        )
+        self.balloon_requested = Gauge(
+            "resource_enforcer_balloon_requested_millicpu",
+            "CPU requested by the containers of each balloon, in milli-CPU",
+            ["balloon_type", "instance"],
+            registry=r,
+        )
+        self._balloons: set[tuple[str, str]] = set()
         self.build_info = Gauge(
             "resource_enforcer_build_info",
             "The running build: always 1, its version as a label",
@@ -144,6 +166,20 @@ class EnforcerMetrics:
         # relay's event loop for every call, and labels() lookups cost more than the counting.
         # Bounded: (len(CRI_METHODS) + 1) x 18 keys at most.
         self._call_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def set_balloons(self, balloons: Iterable[BalloonView]) -> None:
+        """The balloons now; the series of balloons that are gone are removed."""
+        now = set()
+        for b in balloons:
+            labels = (b.type, str(b.instance))
+            now.add(labels)
+            self.balloon_cpus.labels(*labels).set(len(b.cpus))
+            self.balloon_containers.labels(*labels).set(len(b.containers))
+            self.balloon_requested.labels(*labels).set(b.milli)
+        for labels in self._balloons - now:
+            for gauge in (self.balloon_cpus, self.balloon_containers, self.balloon_requested):
+                gauge.remove(*labels)
+        self._balloons = now
 
     def observe_call(self, method: str, code: int, seconds: float) -> None:
         name = CRI_METHODS.get(method, OTHER_METHOD)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from enforcer.decode import ContainerRequest
 from enforcer.engine import ContainerView
-from enforcer.policy import Policy, PoolView
+from enforcer.policy import BalloonView, Policy, PoolView
 from enforcer.policy.topology_aware import format_bytes
 from enforcer.topology import CPUSet, Topology
 
@@ -194,7 +195,11 @@ def placements_report(topology: Topology, policy: Policy, rows: Sequence[Contain
                 for r in troubled
             )
         )
-    if pools := policy.pools():
+    if balloons := policy.balloon_views():
+        parts.append(
+            balloon_table(balloons, {k: _name(a.request) for k, a in policy.admitted.items()})
+        )
+    elif pools := policy.pools():
         parts.append(pool_table(pools))
     parts.append(
         cpu_map(
@@ -206,6 +211,28 @@ def placements_report(topology: Topology, policy: Policy, rows: Sequence[Contain
         )
     )
     return "\n\n".join(parts)
+
+
+def balloon_table(balloons: Sequence[BalloonView], names: dict[str, str]) -> str:
+    """One row per balloon: type, instance, CPUs, idle CPUs shared, CPU class, containers."""
+    lines = [("BALLOON", "TYPE", "CPUS", "REQUESTED", "IDLE-SHARED", "CPU-CLASS", "CONTAINERS")]
+    for b in balloons:
+        lines.append(
+            (
+                b.name,
+                b.type,
+                str(b.cpus) or "-",
+                f"{b.milli}m",
+                str(b.shared_idle) or "-",
+                b.cpu_class or "-",
+                ", ".join(sorted(names.get(k, k) for k in b.containers)) or "-",
+            )
+        )
+    return _columns(lines)
+
+
+def _name(request: ContainerRequest) -> str:
+    return f"{request.namespace}/{request.pod_name}/{request.container}"
 
 
 def _columns(lines: Sequence[Sequence[str]]) -> str:

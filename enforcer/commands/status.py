@@ -134,7 +134,28 @@ def status_document(topology: Topology, policy: Policy, rows: list[ContainerView
             for c in cells
         ],
         "memoryOnlyNodes": list(topology.memory_only_nodes()),
+        "balloons": balloons_document(policy),
     }
+
+
+def balloons_document(policy: Policy) -> list[dict[str, Any]]:
+    """The balloons policy's balloons (empty under other policies)."""
+    return [
+        {
+            "name": b.name,
+            "type": b.type,
+            "instance": b.instance,
+            "cpus": str(b.cpus),
+            "requestedMilliCPU": b.milli,
+            "idleCPUsShared": str(b.shared_idle),
+            "cpuClass": b.cpu_class,
+            "containers": sorted(
+                f"{r.namespace}/{r.pod_name}/{r.container}"
+                for r in (policy.admitted[k].request for k in b.containers if k in policy.admitted)
+            ),
+        }
+        for b in policy.balloon_views()
+    ]
 
 
 def _container(r: ContainerView) -> dict[str, Any]:

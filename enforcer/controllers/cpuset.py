@@ -15,7 +15,7 @@ from typing import Protocol
 from enforcer.controllers.base import Difference, Findings, Outcome, Result, Roots, Target
 from enforcer.controllers.cgroups import cgroup_path, cgroup_version
 from enforcer.decode import ContainerRequest
-from enforcer.policy import resolve_cpu_sets
+from enforcer.policy import make_policy
 from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
 from resource_contract.config import Config, ConfigError
 
@@ -113,7 +113,8 @@ class CpusetController:
             if self.sysfs_root is None:
                 return
             topology = read_topology(self.sysfs_root)
-        resolve_cpu_sets(topology, config.policy)
+        # The policy as it would start: its CPU sets, and the balloons policy's minBalloons.
+        make_policy(topology, config.policy)
 
     def configure(self, config: Config) -> list[str]:
         # The CPU sets are the policy's to keep: the engine makes its policy from them.

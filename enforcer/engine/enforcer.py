@@ -58,6 +58,10 @@ def class_settings(config: Config) -> ClassSettings:
         blockio=config.configured_classes("blockio"),
         access=config.class_access(),
         preferences=config.preference_access(),
+        balloon_types=(
+            config.policy.balloon_type_names() if config.policy.name == "balloons" else None
+        ),
+        balloon_access=config.balloon_access(),
     )
 
 
@@ -133,6 +137,7 @@ class Enforcer:
         self.metrics.cpus.labels("shared").set(len(policy.available - taken))
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
+        self.metrics.set_balloons(policy.balloon_views())
 
     # -- configuration -------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
+from resource_contract.affinity import Subject, weight_towards
 from resource_contract.config import PolicyConfig
 
 _EMPTY = CPUSet()
@@ -448,9 +449,7 @@ class TopologyAwarePolicy(Policy):
         return True
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
-        siblings = [
-            i for key, i in self._pods.get(request.pod_uid, {}).items() if key != request.key
-        ]
+        siblings = self._attraction(request)
         if need.isolated:
             found = self._search_isolated(need, siblings)
             if found is not None:
@@ -468,7 +467,9 @@ class TopologyAwarePolicy(Policy):
                 return self._entry(request, need, shared, _EMPTY)
         raise self._refusal(request, need)
 
-    def _search_isolated(self, need: Need, siblings: list[int]) -> tuple[Pool, CPUSet] | None:
+    def _search_isolated(
+        self, need: Need, siblings: Sequence[tuple[int, int]]
+    ) -> tuple[Pool, CPUSet] | None:
         best: tuple[tuple[int, ...], Pool, CPUSet] | None = None
         for level in self._levels:
             for pool in level:
@@ -489,7 +490,9 @@ class TopologyAwarePolicy(Policy):
             return None
         return best[1], allocate_cpus(self.topology, best[2], 1)
 
-    def _search_exclusive(self, need: Need, siblings: list[int]) -> tuple[Pool, CPUSet] | None:
+    def _search_exclusive(
+        self, need: Need, siblings: Sequence[tuple[int, int]]
+    ) -> tuple[Pool, CPUSet] | None:
         n = need.exclusive
         extra_count = 1 if need.shares else 0
         # No pool can give more whole cores than the whole machine: once a pool gives that
@@ -524,7 +527,7 @@ class TopologyAwarePolicy(Policy):
                 break
         return None if best is None else (best[1], best[2])
 
-    def _search_shared(self, need: Need, siblings: list[int]) -> Pool | None:
+    def _search_shared(self, need: Need, siblings: Sequence[tuple[int, int]]) -> Pool | None:
         best: tuple[tuple[int, ...], Pool] | None = None
         for level in self._levels:
             for pool in level:
@@ -629,9 +632,29 @@ class TopologyAwarePolicy(Policy):
             return True
         return amount <= self._memory_free(pool)
 
-    def _affinity(self, pool: Pool, siblings: Sequence[int]) -> int:
+    def _affinity(self, pool: Pool, siblings: Sequence[tuple[int, int]]) -> int:
+        """How much `pool` suits the container's affinities: each (pool, weight) pulls
+        (positive) or pushes (negative) in proportion to how close the pools are."""
         row = self._closeness[pool.index]
-        return sum(row[s] for s in siblings)
+        return sum(weight * row[s] for s, weight in siblings)
+
+    def _attraction(self, request: ContainerRequest) -> list[tuple[int, int]]:
+        """(pool index, weight) of the containers request has an affinity for: those its
+        affinity annotations name, with their weights; without any, its pod's other
+        containers, weight 1 each (containers of a pod stay close)."""
+        if not request.affinity:
+            pod = self._pods.get(request.pod_uid, {})
+            return [(i, 1) for key, i in pod.items() if key != request.key]
+        me = subject_of(request)
+        out = []
+        for key, entry in self.admitted.items():
+            pool = self._by_name.get(entry.pool)
+            if key == request.key or pool is None:
+                continue
+            weight = weight_towards(request.affinity, me, subject_of(entry.request))
+            if weight:
+                out.append((pool.index, weight))
+        return out
 
     # ----- bookkeeping ---------------------------------------------------------------------
 
@@ -711,6 +734,18 @@ class TopologyAwarePolicy(Policy):
 
     def _pinned(self, cpus: CPUSet) -> CPUSet | None:
         return self._mems_of(cpus) if self.config.pinMemory and cpus else None
+
+
+def subject_of(request: ContainerRequest) -> Subject:
+    """What affinity rules can ask about a container."""
+    return Subject(
+        request.container,
+        request.namespace,
+        request.qos,
+        request.pod_name,
+        request.pod_uid,
+        dict(request.labels),
+    )
 
 
 def split_memory(topology: Topology, amount: int, nodes: Iterable[int]) -> dict[int, int]:
