@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from enforcer.build import version
+from enforcer.usage import USES, Usage
 
 # The methods of runtime.v1.RuntimeService and runtime.v1.ImageService (k8s.io/cri-api); a
 # test keeps this list in step with proto/. Any other path a client sends is "other": the
@@ -132,6 +133,36 @@ class EnforcerMetrics:
             "saved state cannot be read (new containers and resizes are refused meanwhile)",
             registry=r,
         )
+        # By pool and by NUMA node. Label values come from the hardware and the policy's pool
+        # tree (root, socket0, socket0/node1, ...), never from a peer; pools that a new
+        # configuration no longer has are removed.
+        self.pool_cpus = Gauge(
+            "resource_enforcer_pool_cpus",
+            "CPUs of each pool by use: reserved, shared, exclusive, isolated (idle, for "
+            "exclusive use), and free (could still be handed out exclusively)",
+            ["pool", "use"],
+            registry=r,
+        )
+        self.numa_cpus = Gauge(
+            "resource_enforcer_numa_node_cpus",
+            "CPUs of each NUMA node by use: reserved, shared, exclusive, isolated, free",
+            ["node", "use"],
+            registry=r,
+        )
+        self.numa_memory = Gauge(
+            "resource_enforcer_numa_node_memory_bytes",
+            "memory of each NUMA node: capacity, and available (capacity less the memory of "
+            "containers pinned to it)",
+            ["node", "use"],
+            registry=r,
+        )
+        self.topology_writes = Counter(
+            "resource_enforcer_node_resource_topology_writes",
+            "NodeResourceTopology writes to the API server, by outcome: written, failed",
+            ["outcome"],
+            registry=r,
+        )
+        self._usage_labels: dict[Gauge, set[tuple[str, ...]]] = {}
         self.build_info = Gauge(
             "resource_enforcer_build_info",
             "The running build: always 1, its version as a label",
@@ -144,6 +175,29 @@ class EnforcerMetrics:
         # relay's event loop for every call, and labels() lookups cost more than the counting.
         # Bounded: (len(CRI_METHODS) + 1) x 18 keys at most.
         self._call_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def set_usage(self, usage: Usage) -> None:
+        """The pool and NUMA node gauges from one measurement."""
+        values: dict[Gauge, dict[tuple[str, ...], float]] = {
+            self.pool_cpus: {},
+            self.numa_cpus: {},
+            self.numa_memory: {},
+        }
+        for pool in usage.pools:
+            for use in USES:
+                values[self.pool_cpus][(pool.name, use)] = getattr(pool.cpu, use)
+        for node in usage.nodes:
+            if node.cpus:
+                for use in USES:
+                    values[self.numa_cpus][(str(node.node), use)] = getattr(node.cpu, use)
+            values[self.numa_memory][(str(node.node), "capacity")] = node.memory_capacity
+            values[self.numa_memory][(str(node.node), "available")] = node.memory_available
+        for gauge, samples in values.items():
+            for labels, value in samples.items():
+                gauge.labels(*labels).set(value)
+            for stale in self._usage_labels.get(gauge, set()) - samples.keys():
+                gauge.remove(*stale)
+            self._usage_labels[gauge] = set(samples)
 
     def observe_call(self, method: str, code: int, seconds: float) -> None:
         name = CRI_METHODS.get(method, OTHER_METHOD)
