@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from enforcer.build import version
+from enforcer.refusal import Reason
 from enforcer.usage import USES, Usage
 
 # The methods of runtime.v1.RuntimeService and runtime.v1.ImageService (k8s.io/cri-api); a
@@ -52,6 +53,8 @@ CRI_METHODS: dict[str, str] = {
     **{f"/runtime.v1.ImageService/{m}": m for m in _IMAGE_METHODS},
 }
 OTHER_METHOD = "other"
+# The `controller` label of resource_enforcer_controller_errors.
+CONTROLLERS = ("cpuset", "rdt", "blockio", "cluster-config", "node-resource-topology")
 # gRPC status codes are 0-16; anything else a peer made up is counted as -1.
 _GRPC_CODES = range(17)
 
@@ -170,6 +173,16 @@ class EnforcerMetrics:
             registry=r,
         )
         self.build_info.labels(version()).set(1)
+        # Series whose label values are a fixed set exist from the start (at 0): a dashboard's
+        # rate() shows 0, not "no data", and an alert on increase() sees the first one.
+        for reason in Reason:
+            self.refusals.labels(reason.value)
+        for controller in CONTROLLERS:
+            self.controller_errors.labels(controller)
+        for outcome in ("applied", "refused", "failed"):
+            self.reloads.labels(outcome)
+        for outcome in ("written", "failed"):
+            self.topology_writes.labels(outcome)
 
         # (method name, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.
