@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from enforcer.build import version
 from enforcer.policy import BalloonView
+from enforcer.refusal import Reason
+from enforcer.usage import USES, Usage
 
 # The methods of runtime.v1.RuntimeService and runtime.v1.ImageService (k8s.io/cri-api); a
 # test keeps this list in step with proto/. Any other path a client sends is "other": the
@@ -53,6 +55,8 @@ CRI_METHODS: dict[str, str] = {
     **{f"/runtime.v1.ImageService/{m}": m for m in _IMAGE_METHODS},
 }
 OTHER_METHOD = "other"
+# The `controller` label of resource_enforcer_controller_errors.
+CONTROLLERS = ("cpuset", "rdt", "blockio", "cluster-config", "node-resource-topology")
 # gRPC status codes are 0-16; anything else a peer made up is counted as -1.
 _GRPC_CODES = range(17)
 
@@ -154,6 +158,36 @@ class EnforcerMetrics:
             registry=r,
         )
         self._balloons: set[tuple[str, str]] = set()
+        # By pool and by NUMA node. Label values come from the hardware and the policy's pool
+        # tree (root, socket0, socket0/node1, ...), never from a peer; pools that a new
+        # configuration no longer has are removed.
+        self.pool_cpus = Gauge(
+            "resource_enforcer_pool_cpus",
+            "CPUs of each pool by use: reserved, shared, exclusive, isolated (idle, for "
+            "exclusive use), and free (could still be handed out exclusively)",
+            ["pool", "use"],
+            registry=r,
+        )
+        self.numa_cpus = Gauge(
+            "resource_enforcer_numa_node_cpus",
+            "CPUs of each NUMA node by use: reserved, shared, exclusive, isolated, free",
+            ["node", "use"],
+            registry=r,
+        )
+        self.numa_memory = Gauge(
+            "resource_enforcer_numa_node_memory_bytes",
+            "memory of each NUMA node: capacity, and available (capacity less the memory of "
+            "containers pinned to it)",
+            ["node", "use"],
+            registry=r,
+        )
+        self.topology_writes = Counter(
+            "resource_enforcer_node_resource_topology_writes",
+            "NodeResourceTopology writes to the API server, by outcome: written, failed",
+            ["outcome"],
+            registry=r,
+        )
+        self._usage_labels: dict[Gauge, set[tuple[str, ...]]] = {}
         self.build_info = Gauge(
             "resource_enforcer_build_info",
             "The running build: always 1, its version as a label",
@@ -161,6 +195,16 @@ class EnforcerMetrics:
             registry=r,
         )
         self.build_info.labels(version()).set(1)
+        # Series whose label values are a fixed set exist from the start (at 0): a dashboard's
+        # rate() shows 0, not "no data", and an alert on increase() sees the first one.
+        for reason in Reason:
+            self.refusals.labels(reason.value)
+        for controller in CONTROLLERS:
+            self.controller_errors.labels(controller)
+        for outcome in ("applied", "refused", "failed"):
+            self.reloads.labels(outcome)
+        for outcome in ("written", "failed"):
+            self.topology_writes.labels(outcome)
 
         # (method name, code) -> its counter and histogram children: observe_call runs on the
         # relay's event loop for every call, and labels() lookups cost more than the counting.
@@ -180,6 +224,28 @@ class EnforcerMetrics:
             for gauge in (self.balloon_cpus, self.balloon_containers, self.balloon_requested):
                 gauge.remove(*labels)
         self._balloons = now
+    def set_usage(self, usage: Usage) -> None:
+        """The pool and NUMA node gauges from one measurement."""
+        values: dict[Gauge, dict[tuple[str, ...], float]] = {
+            self.pool_cpus: {},
+            self.numa_cpus: {},
+            self.numa_memory: {},
+        }
+        for pool in usage.pools:
+            for use in USES:
+                values[self.pool_cpus][(pool.name, use)] = getattr(pool.cpu, use)
+        for node in usage.nodes:
+            if node.cpus:
+                for use in USES:
+                    values[self.numa_cpus][(str(node.node), use)] = getattr(node.cpu, use)
+            values[self.numa_memory][(str(node.node), "capacity")] = node.memory_capacity
+            values[self.numa_memory][(str(node.node), "available")] = node.memory_available
+        for gauge, samples in values.items():
+            for labels, value in samples.items():
+                gauge.labels(*labels).set(value)
+            for stale in self._usage_labels.get(gauge, set()) - samples.keys():
+                gauge.remove(*stale)
+            self._usage_labels[gauge] = set(samples)
 
     def observe_call(self, method: str, code: int, seconds: float) -> None:
         name = CRI_METHODS.get(method, OTHER_METHOD)

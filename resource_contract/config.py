@@ -363,6 +363,21 @@ class MetricsConfig(_Strict):
         return address
 
 
+class NodeResourceTopologyConfig(_Strict):
+    """`nodeResourceTopology`: publishing a topology.node.k8s.io/v1alpha2 NodeResourceTopology
+    for the node (docs/scheduling.md)."""
+
+    enabled: bool = False
+    # At most one write per this many seconds, however often allocations change.
+    minIntervalSeconds: float = Field(default=5.0, ge=1, le=3600)
+    # What the object tells the scheduler plugin about alignment (its filter acts only on
+    # single-numa-node); None: single-numa-node under topology-aware, none otherwise.
+    topologyManagerPolicy: (
+        Literal["none", "best-effort", "restricted", "single-numa-node"] | None
+    ) = None
+    topologyManagerScope: Literal["container", "pod"] = "container"
+
+
 class VerifyConfig(_Strict):
     """How often the enforcer reads every running container's cpuset back (and repairs it)."""
 
@@ -377,6 +392,9 @@ class Config(_Strict):
     preferenceAccess: PreferenceAccessConfig = Field(default_factory=PreferenceAccessConfig)
     cpuClasses: dict[str, CPUClass] = Field(default_factory=dict)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    nodeResourceTopology: NodeResourceTopologyConfig = Field(
+        default_factory=NodeResourceTopologyConfig
+    )
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     def configured_classes(self, kind: ClassKind) -> set[str]:

@@ -20,6 +20,7 @@ from enforcer.app.errors import StartError
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.owned_state import OwnedStateStore
+from enforcer.app.usage_watch import UsageWatch, topology_writer
 from enforcer.app.watch import ConfigWatcher
 from enforcer.cluster import LastGoodStore
 from enforcer.controllers.base import Roots
@@ -212,6 +213,10 @@ async def run(options: RunOptions) -> int:
         asyncio.create_task(_reconcile_until_done(service, enforcer, store, stop, metrics_server))
     )
     tasks.append(asyncio.create_task(service.maintain_forever()))
+    # The gauges by pool and NUMA node, and the NodeResourceTopology: after decisions, off
+    # the calls' path.
+    watch = UsageWatch(enforcer, service.run, metrics, topology_writer(options))
+    tasks.append(asyncio.create_task(watch.run()))
     if options.config:
         tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
     source = None

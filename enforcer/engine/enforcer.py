@@ -38,6 +38,7 @@ from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore, check_saved
 from enforcer.topology import CPUSet, Topology
+from enforcer.usage import Usage, measure
 from resource_contract.config import Config
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,9 @@ class Enforcer:
         # Live containers whose creation the runtime did not record: not asked about again.
         self._unadoptable: set[str] = set()
         self._verified_at = clock()
+        # Counts the changes of placements (decisions, releases, reconfigurations): whoever
+        # follows the node's use (metrics, the NodeResourceTopology) measures again when it moved.
+        self.changes = 0
 
     @property
     def policy(self) -> Policy:
@@ -130,6 +134,7 @@ class Enforcer:
             pass
 
     def _count(self) -> None:
+        self.changes += 1
         policy = self.policy
         taken = policy.taken
         self.metrics.cpus.labels("exclusive").set(len(taken))
@@ -138,6 +143,10 @@ class Enforcer:
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
         self.metrics.set_balloons(policy.balloon_views())
+
+    def usage(self) -> Usage:
+        """The node's CPU and memory use by pool and NUMA node now (on the worker)."""
+        return measure(self.topology, self.policy)
 
     # -- configuration -------------------------------------------------------------------------
 
