@@ -224,6 +224,7 @@ class EnforcerMetrics:
             for gauge in (self.balloon_cpus, self.balloon_containers, self.balloon_requested):
                 gauge.remove(*labels)
         self._balloons = now
+
     def set_usage(self, usage: Usage) -> None:
         """The pool and NUMA node gauges from one measurement."""
         values: dict[Gauge, dict[tuple[str, ...], float]] = {

@@ -245,6 +245,9 @@ async def run(options: RunOptions) -> int:
         await service.run(enforcer.persist)
     except StateWriteFailed as exc:
         log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
+    if not handed_over:
+        # Frequencies and C-states back as they were (the successor of a hand-over keeps them).
+        await service.run(enforcer.shutdown)
     lock.release()
     metrics_server.close()
     if handed_over:

@@ -12,6 +12,10 @@ points of a container's life, in the same order:
 - `verify`: what the kernel has for it that differs from the decision (the periodic sweep,
   and after every start and re-pin); the engine repairs and verifies again.
 
+And for the node as a whole: `cpus` (the CPU classes the policy wants, CPU by CPU, after every
+change of placements), `saved`/`restore` (what the controller must remember across a crash,
+kept in the state file) and `shutdown` (the enforcer stops: put back what it changed).
+
 And for the configuration: `syntax` (any machine, run by `parse_config`), `check` (its part of
 a configuration against this node's hardware, nothing written: `check-config`) and
 `configure` (keep and write its part; ConfigError and nothing changed when it is refused).
@@ -22,9 +26,10 @@ an `Outcome` the engine logs and counts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from enforcer.controllers.errors import ClassError, ClassUnavailable
 from enforcer.decode import ContainerRequest
@@ -144,3 +149,30 @@ class Controller(Protocol):
     def stop(self, target: Target) -> Outcome: ...
 
     def verify(self, target: Target) -> Difference | None: ...
+
+    def cpus(self, classes: Mapping[int, str]) -> bool:
+        """The CPU classes the policy wants now (CPU -> class). Returns whether `saved`
+        changed (the engine then writes the state)."""
+        ...
+
+    def saved(self) -> dict[str, Any]: ...
+
+    def restore(self, saved: Mapping[str, Any]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class PerContainer:
+    """The node-wide methods of a controller that acts only on containers: nothing to do."""
+
+    def cpus(self, classes: Mapping[int, str]) -> bool:
+        return False
+
+    def saved(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None  # what it wrote lives in the containers' own cgroups and groups

@@ -10,6 +10,7 @@ from enforcer.controllers.base import (
     Difference,
     Findings,
     Outcome,
+    PerContainer,
     Result,
     Roots,
     Target,
@@ -23,7 +24,7 @@ from resource_contract.config import Config, ConfigError
 NAME = "blockio"
 
 
-class BlockIOClasses:
+class BlockIOClasses(PerContainer):
     name = NAME
 
     def __init__(self, blockio: BlockIOController) -> None:

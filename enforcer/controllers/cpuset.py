@@ -12,7 +12,15 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from enforcer.controllers.base import Difference, Findings, Outcome, Result, Roots, Target
+from enforcer.controllers.base import (
+    Difference,
+    Findings,
+    Outcome,
+    PerContainer,
+    Result,
+    Roots,
+    Target,
+)
 from enforcer.controllers.cgroups import cgroup_path, cgroup_version
 from enforcer.decode import ContainerRequest
 from enforcer.policy import make_policy
@@ -59,7 +67,7 @@ class CgroupCpusets:
         return cpus, mems
 
 
-class CpusetController:
+class CpusetController(PerContainer):
     name = NAME
 
     def __init__(

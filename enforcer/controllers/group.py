@@ -3,7 +3,8 @@ a request admitted through each, a life-cycle point fanned out to every one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from enforcer.controllers.base import Controller, Difference, Findings, Outcome, Target
 from enforcer.decode import ContainerRequest
@@ -55,6 +56,25 @@ class Controllers:
 
     def stop(self, target: Target) -> list[Outcome]:
         return [controller.stop(target) for controller in self._all]
+
+    def cpus(self, classes: Mapping[int, str]) -> bool:
+        changed = [controller.cpus(classes) for controller in self._all]
+        return any(changed)
+
+    def saved(self) -> dict[str, Any]:
+        """What each controller must remember across a crash, by name (empty ones left out)."""
+        found = {controller.name: controller.saved() for controller in self._all}
+        return {name: value for name, value in found.items() if value}
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        for controller in self._all:
+            value = saved.get(controller.name)
+            if isinstance(value, Mapping):
+                controller.restore(value)
+
+    def shutdown(self) -> None:
+        for controller in self._all:
+            controller.shutdown()
 
     def verify(self, target: Target) -> list[Difference]:
         found = (controller.verify(target) for controller in self._all)

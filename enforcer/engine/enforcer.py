@@ -119,7 +119,11 @@ class Enforcer:
         return str(self.policy.available)
 
     def _header(self) -> dict[str, Any]:
-        return {"topology": self._topology_state, "policyConfig": self.config.policy.model_dump()}
+        header = {"topology": self._topology_state, "policyConfig": self.config.policy.model_dump()}
+        saved = self.controllers.saved() if self.controllers is not None else {}
+        if saved:  # what a controller must remember across a crash (CPU classes' originals)
+            header["controllers"] = saved
+        return header
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -481,6 +485,23 @@ class Enforcer:
             self._repinning = False
         if self._vanished:
             self.repin()  # a container was gone: the pools it left move again
+            return
+        self._node_classes()
+
+    def _node_classes(self) -> None:
+        """CPU classes follow the policy's CPUs; the originals a controller remembers for the
+        first time are written to the state before anything else can be lost."""
+        if self.controllers is None:
+            return
+        if self.controllers.cpus(self.policy.cpu_classes()):
+            with contextlib.suppress(StateWriteFailed):  # the store says why; retried by flush
+                self.persist()
+
+    def shutdown(self) -> None:
+        """The enforcer stops for good (not handing over): what the controllers changed on the
+        node as a whole (CPU frequencies, C-states) is put back."""
+        if self.controllers is not None:
+            self.controllers.shutdown()
 
     def _repin_once(self) -> None:
         moves = []
@@ -658,6 +679,9 @@ class Enforcer:
             return
         # Entry by entry: a damaged one costs itself, and the log says what was lost.
         checked = check_saved(saved, read_container=Entry.from_dict)
+        remembered = saved.get("controllers")
+        if self.controllers is not None and isinstance(remembered, Mapping):
+            self.controllers.restore(remembered)
         if checked.damage:
             store.move_aside("; ".join(checked.damage), checked.lost)
         try:

@@ -10,6 +10,7 @@ from enforcer.controllers.base import (
     Difference,
     Findings,
     Outcome,
+    PerContainer,
     Result,
     Roots,
     Target,
@@ -27,7 +28,7 @@ from resource_contract.config import Config, ConfigError
 NAME = "rdt"
 
 
-class RdtClasses:
+class RdtClasses(PerContainer):
     name = NAME
 
     def __init__(
