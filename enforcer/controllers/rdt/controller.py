@@ -64,7 +64,7 @@ class KernelResctrlFs:
         # The kernel parses each write on its own and ignores O_APPEND/O_TRUNC/O_CREAT on these
         # files; the flags make a plain folder standing in for resctrl (a test's or a demo's,
         # in another process) read back what was written: tasks accumulate, schemata replace.
-        flags = os.O_WRONLY | os.O_CREAT
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         flags |= os.O_APPEND if path.name == "tasks" else os.O_TRUNC
         fd = os.open(path, flags, 0o644)
         try:
