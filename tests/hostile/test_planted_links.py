@@ -56,9 +56,7 @@ def test_write_file_refuses_a_link_at_the_target(tmp_path: Path, victim: Path) -
     assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]
 
 
-def test_a_link_at_the_temporary_name_is_removed_not_followed(
-    tmp_path: Path, victim: Path
-) -> None:
+def test_a_link_at_the_temporary_name_is_removed_not_followed(tmp_path: Path, victim: Path) -> None:
     target = tmp_path / "tls.key"
     (tmp_path / ".tls.key.tmp").symlink_to(victim)
     old = os.umask(0)  # the mode is set exactly, whatever the umask
