@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostile.conftest import Measured
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
@@ -72,7 +73,7 @@ def ids(path: Path | str) -> set[int]:
 
 
 def test_every_child_forked_at_start_is_in_the_rdt_class(
-    held_containerd: PrivateContainerd, tmp_path: Path
+    held_containerd: PrivateContainerd, tmp_path: Path, measured: Measured
 ) -> None:
     resctrl = FakeResctrl(tmp_path / "resctrl", ResctrlShape())
     config = tmp_path / "config.yaml"
@@ -98,6 +99,12 @@ def test_every_child_forked_at_start_is_in_the_rdt_class(
             assert cgroup <= group, f"left outside the class: {sorted(cgroup - group)}"
             # Nothing of the container is written to the default class.
             assert not cgroup & ids(resctrl.root / "tasks")
+            measured(
+                f"a container whose entrypoint forks {CHILDREN} children before the enforcer "
+                "moves it into its RDT class",
+                "every thread of its cgroup in the class's tasks",
+                f"{len(cgroup & group)} of {len(cgroup)} threads in the class",
+            )
             # A pod without the annotation (held the same way) stays in the default class.
             plain = kubelet.run_pod(manifest("plain", forking()))
             others = ids(Path(plain.cgroup_path("cpuset", "app"), "tasks"))
