@@ -123,7 +123,10 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
     UnsafePath for anything but a regular file (a FIFO would block the reader)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISDIR(kind):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(kind):
             raise UnsafePath(errno.EINVAL, f"{path} is not a regular file", str(path))
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()
