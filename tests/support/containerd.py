@@ -97,9 +97,12 @@ def render_config(
     socket: Path,
     snapshotter: str,
     sandbox_image: str = images.PAUSE_IMAGE,
+    runc_binary: str | None = None,
 ) -> str:
-    """containerd config.toml (version 2) for a private instance living in ``workdir``."""
+    """containerd config.toml (version 2) for a private instance living in ``workdir``;
+    ``runc_binary``: the runc the shim calls (default: runc on PATH)."""
     q = _toml_str
+    binary = f"BinaryName = {q(runc_binary)}" if runc_binary else ""
     cri = '[plugins."io.containerd.grpc.v1.cri"'
     disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
     return f"""\
@@ -159,6 +162,7 @@ oom_score = 0
           SystemdCgroup = false
           # Own runc state folder, apart from a system containerd's /run/containerd/runc.
           Root = {q(str(workdir / "runc"))}
+          {binary}
 """
 
 
@@ -183,6 +187,7 @@ class PrivateContainerd:
         import_images: bool = True,
         start_timeout: float = 30.0,
         log_level: str = "info",
+        runc_binary: str | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kre-ctrd-"))
@@ -197,6 +202,7 @@ class PrivateContainerd:
         self.import_images = import_images
         self.start_timeout = start_timeout
         self.log_level = log_level
+        self.runc_binary = runc_binary
         self.pause_image = images.PAUSE_IMAGE
         self.busybox_image = images.BUSYBOX_IMAGE
         self._proc: subprocess.Popen[bytes] | None = None
@@ -249,7 +255,9 @@ class PrivateContainerd:
             if self.snapshotter is None:
                 self.snapshotter = "overlayfs" if overlayfs_works(self.workdir) else "native"
             self.config_path.write_text(
-                render_config(self.workdir, Path(self.socket), self.snapshotter)
+                render_config(
+                    self.workdir, Path(self.socket), self.snapshotter, runc_binary=self.runc_binary
+                )
             )
         elif self.snapshotter is None:
             self.snapshotter = _snapshotter_from_config(self.config_path.read_text())
