@@ -54,3 +54,18 @@ def test_without_a_runtime_it_keeps_trying_and_stops_cleanly(tmp_path: Path) -> 
         code = proc.stop(signal.SIGTERM)
     assert code == 0, proc.log_tail()
     assert (tmp_path / "state" / "state.json").exists()
+
+
+def test_docs_name_the_flags_and_defaults_the_command_line_has() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nri.md").read_text()
+    for flag, default in (
+        ("--nri-socket PATH", "/var/run/nri/nri.sock"),
+        ("--plugin-name NAME", "resource-enforcer"),
+        ("--plugin-index NN", "90"),
+    ):
+        (row,) = [line for line in text.splitlines() if line.startswith(f"| `{flag}")]
+        assert f"`{default}`" in row, row
+    dests = {a.dest for a in parser()._subparsers._group_actions[0].choices["nri"]._actions}
+    for option in ("state_dir", "config", "sysfs_root", "cgroupfs_root", "resctrl_root"):
+        assert option in dests
+        assert f"`--{option.replace('_', '-')}`" in text
