@@ -6,6 +6,7 @@ annotation that is not trusted."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def setup(
         extra_args=["--resctrl-root", str(resctrl.root)],
     )
     proc.start()
+    proc.config_path = config  # type: ignore[attr-defined]
     try:
         yield proc, resctrl
     finally:
@@ -156,4 +158,35 @@ def test_a_spoofed_resources_annotation_is_not_trusted(setup, kubelet: KubeletEm
     assert len(taken) == 1 and not taken & RESERVED
     assert "spoof" in setup[0].log_tail(200)
     kubelet.remove_pod(real)
+    kubelet.remove_pod(pod)
+
+
+def test_changed_class_definitions_reach_running_containers(
+    setup, kubelet: KubeletEmulator
+) -> None:
+    """Live configuration works as in relay mode: a new throttle reaches a running container,
+    a refused file keeps the last good configuration."""
+    proc, _ = setup
+    config = proc.config_path
+    pod = kubelet.run_pod(
+        classy("live", **{"blockioclass.resource-enforcer.dev/container.app": "throttled"})
+    )
+    read_bps = Path(pod.cgroup_path("blkio", "app"), "blkio.throttle.read_bps_device")
+    assert read_bps.read_text() == f"{DISK_KEY} 50000000\n"
+
+    def until(predicate) -> None:
+        deadline = time.monotonic() + 15
+        while not predicate():
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+
+    try:
+        config.write_text(CONFIG.replace("50M", "20M"))
+        until(lambda: read_bps.read_text() == f"{DISK_KEY} 20000000\n")
+        config.write_text(CONFIG.replace("50M", "20M") + "bogus: 1\n")
+        until(lambda: "bogus: Extra inputs are not permitted" in proc.log_tail(400))
+        assert read_bps.read_text() == f"{DISK_KEY} 20000000\n"
+    finally:
+        config.write_text(CONFIG)
+        until(lambda: read_bps.read_text() == f"{DISK_KEY} 50000000\n")
     kubelet.remove_pod(pod)

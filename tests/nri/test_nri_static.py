@@ -4,6 +4,7 @@ CPU 1 the one exclusive CPU). Every assertion reads the real cgroup files."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,4 +120,22 @@ def test_kubelets_update_keeps_the_pinning_and_a_resize_that_does_not_fit_is_ref
         )  # fmt: skip
     assert "resize refused" in resize.value.details(), resize.value.details()
     assert cpus_of(pod) == pinned
+    kubelet.remove_pod(pod)
+
+
+def test_status_reads_the_plugins_state(
+    kubelet: KubeletEmulator, plugin: NriEnforcerProcess
+) -> None:
+    pod = kubelet.run_pod(manifest("shown", sleeper(resources=guaranteed("1")), namespace="nri"))
+
+    def rows() -> list[dict]:
+        out = plugin.run_cli("status", "--state-dir", plugin.state_dir, "--output", "json")
+        assert out.returncode == 0, out.stderr
+        return [c for c in json.loads(out.stdout)["containers"] if c["pod"] == "shown"]
+
+    wait_for(lambda: bool(rows()) and rows()[0]["containerID"], why=plugin.log_tail)
+    [row] = rows()
+    assert (row["namespace"], row["qos"], row["kind"]) == ("nri", "Guaranteed", "exclusive")
+    assert row["containerID"] == pod.container_id("app")
+    assert row["cpus"] == str(cpus_of(pod))
     kubelet.remove_pod(pod)
