@@ -8,11 +8,11 @@ relay uses (ttrpc carries the same codes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
 
+from enforcer.cri import api_pb2 as cri_api
 from enforcer.cri.convert import STATUS
 from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.decode.request import container_key
@@ -65,8 +65,18 @@ def container_create(pod: api_pb2.PodSandbox, container: api_pb2.Container) -> C
 
 
 def resources_record(res: api_pb2.LinuxResources) -> dict[str, Any]:
-    """The container's Linux resources as the registry keeps them (JSON, proto field names)."""
-    return json_format.MessageToDict(res, preserving_proto_field_name=True)
+    """kubelet's resources as the registry keeps them: in the relay's record format (CRI's
+    LinuxContainerResources as JSON), so that a state folder moves between the two modes."""
+    k = kubelet_resources(res)
+    message = cri_api.LinuxContainerResources(
+        cpu_period=k.cpu_period,
+        cpu_quota=k.cpu_quota,
+        cpu_shares=k.cpu_shares,
+        memory_limit_in_bytes=k.memory_limit,
+        cpuset_cpus=k.cpuset_cpus,
+        cpuset_mems=k.cpuset_mems,
+    )
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 def key_of(pod: api_pb2.PodSandbox | None, container: api_pb2.Container) -> str | None:
@@ -107,7 +117,3 @@ def adjustment(pinning: Pinning, rdt_class: str | None) -> api_pb2.ContainerAdju
     if rdt_class:
         resources.rdt_class.value = rdt_class
     return adjust
-
-
-def recorded_resources(record: Mapping[str, Any]) -> api_pb2.LinuxResources:
-    return json_format.ParseDict(dict(record), api_pb2.LinuxResources(), ignore_unknown_fields=True)

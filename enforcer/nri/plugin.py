@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from enforcer.decode import KubeletResources
+from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.engine import Enforcer
 from enforcer.engine.model import Pinning
 from enforcer.nri.connection import (
@@ -294,7 +294,7 @@ class NriPlugin(EngineWorker):
 
     def _admit(
         self,
-        create: Any,
+        create: ContainerCreate,
         sandbox_id: str,
         container_id: str,
         record: dict[str, Any],

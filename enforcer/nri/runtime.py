@@ -121,10 +121,10 @@ class NriRuntime:
             cpu = container.linux.resources.cpu
             cpu.cpus, cpu.mems = pinning.cpus or cpu.cpus, pinning.mems or cpu.mems
         self.wake()
-        sent = dict(resources)
-        cpu_record = dict(sent.get("cpu") or {})
-        cpu_record.update({k: v for k, v in (("cpus", pinning.cpus), ("mems", pinning.mems)) if v})
-        sent["cpu"] = cpu_record
+        sent = dict(resources)  # the relay's record format (enforcer.nri.convert)
+        sent.update(
+            {k: v for k, v in (("cpuset_cpus", pinning.cpus), ("cpuset_mems", pinning.mems)) if v}
+        )
         return sent
 
     def recorded(self, container: LiveContainer) -> Recorded | None:

@@ -184,3 +184,21 @@ def test_stop_releases_and_answers_the_widened_containers(parts) -> None:
 
     stopped = asyncio.run(main())
     assert {u.container_id: u.linux.resources.cpu.cpus for u in stopped.update} == {"c-be": "0-3"}
+
+
+def test_the_state_keeps_kubelets_resources_as_the_relay_does() -> None:
+    """A state folder moves between the modes: the NRI plugin records kubelet's resources in
+    the relay's format, which the relay's re-pins read back."""
+    from enforcer.cri import api_pb2 as cri
+    from enforcer.nri.convert import resources_record
+    from enforcer.runtime.client import resources_message
+    from enforcer.runtime.client import resources_record as relay_record
+
+    nri = container("g", 1500, cpus="1-2").linux.resources
+    nri.cpu.mems = "0"
+    same = cri.LinuxContainerResources(
+        cpu_period=100000, cpu_quota=150000, cpu_shares=1536,
+        memory_limit_in_bytes=64 << 20, cpuset_cpus="1-2", cpuset_mems="0",
+    )  # fmt: skip
+    assert resources_record(nri) == relay_record(same)
+    assert resources_message(resources_record(nri)) == same
