@@ -40,9 +40,11 @@ demo: install
 bench: install
 	$(BIN)/python -m bench
 
-# Regenerates the CRI modules from proto/; tests/test_proto.py proves the committed ones are current.
+# Regenerates the CRI, NRI and ttrpc modules from proto/; tests/test_proto.py and
+# tests/test_nri_proto.py prove the committed ones are current.
 proto: install
 	$(BIN)/python -m enforcer.cri.generate
+	$(BIN)/python -m enforcer.nriapi.generate
 
 # After `pip install -U ...` in the venv and a green `make test`: pin what it has now.
 constraints: install

@@ -6,11 +6,16 @@ missing the fixture FAILS, it never skips: a skipped end-to-end test would look 
 in CI. On a machine without them, leave those tests out explicitly with
 ``pytest -m "not containerd"``.
 
+``containerd17``: a private containerd 1.7 with NRI on (tests.support.containerd17), for the
+NRI plugin's tests, marked ``containerd`` too. Missing (``.ci/containerd17.sh`` not run), it
+fails when ``CI=true`` and skips with the command to run otherwise.
+
 ``snapshot_roots`` / ``topologies``: the real servers' sysfs snapshots, extracted once.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +23,15 @@ import pytest
 
 from enforcer.topology import Topology, read_topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
+from tests.support.containerd17 import NriContainerd, containerd17_available
 from tests.support.snapshots import extract_snapshots
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs the fixture needs a real containerd: mark it so `-m` can select it.
     for item in items:
-        if "containerd" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "containerd" in names or "containerd17" in names:
             item.add_marker(pytest.mark.containerd)
 
 
@@ -43,6 +50,26 @@ def containerd() -> Iterator[PrivateContainerd]:
     except ContainerdError as e:
         ctrd.close()
         pytest.fail(f"private containerd did not start: {e}", pytrace=False)
+    try:
+        yield ctrd
+    finally:
+        ctrd.close()
+
+
+@pytest.fixture(scope="session")
+def containerd17() -> Iterator[NriContainerd]:
+    reason = containerd17_available()
+    if reason:
+        message = f"containerd 1.7 with NRI is needed: {reason}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    ctrd = NriContainerd()
+    try:
+        ctrd.start()
+    except ContainerdError as e:
+        ctrd.close()
+        pytest.fail(f"private containerd 1.7 did not start: {e}", pytrace=False)
     try:
         yield ctrd
     finally:
