@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from enforcer.configuration import parse_config
+from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.group import Controllers
 from enforcer.engine import Enforcer
 from enforcer.nri.connection import TtrpcError
 from enforcer.nri.plugin import EVENT_MASK, NriPlugin
@@ -74,7 +76,7 @@ def parts(tmp_path: Path):
         config=CONFIG,
         store=store,
         runtime=runtime,
-        cpusets=PendingCpusets(kernel, runtime),
+        controllers=Controllers([CpusetController(PendingCpusets(kernel, runtime))]),
     )
 
     def reconcile() -> bool:
