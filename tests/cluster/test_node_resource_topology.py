@@ -193,7 +193,12 @@ def test_published_owned_by_the_node_and_following_allocations(
     # Switched off in the configuration (reloaded live): the object is deleted.
     config_file.write_text(config(False))
     wait_for(lambda: nrt(api) is None, timeout=INTERVAL + 10, what="the object deleted")
-    assert "NodeResourceTopology deleted" in enforcer.log_tail(200)
+    # The log line follows the API server's answer: wait for it too, not only for the object.
+    wait_for(
+        lambda: "NodeResourceTopology deleted" in enforcer.log_tail(2000),
+        timeout=10,
+        what="the log line saying it was deleted",
+    )
     # The one write refused all along: the replace of the object the collector had taken.
     assert [(r["code"], r["reason"]) for r in api.refusals] == [(404, "NotFound")]
     assert api.warnings == []
