@@ -81,6 +81,13 @@ def scraped(text: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+# The relay's scrape, on the system's containerd only (tests/e2e/conftest.py would run it on
+# 1.7 as well).
+@pytest.fixture(scope="session")
+def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
+    return containerd16
+
+
 @pytest.fixture
 def enforcer(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[EnforcerProcess]:
     config = tmp_path / "config.yaml"
