@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -27,7 +28,9 @@ from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.engine import Enforcer
 from enforcer.engine.model import Pinning
 from enforcer.nri.connection import (
+    OK,
     UNAVAILABLE,
+    UNKNOWN,
     ConnectionClosed,
     Handler,
     NriConnection,
@@ -65,6 +68,24 @@ SUBSCRIBED = (
     E.REMOVE_CONTAINER,
 )
 EVENT_MASK = sum(1 << (event - 1) for event in SUBSCRIBED)
+# (method, ttrpc status code, seconds, StateChange event name): the metrics' observer.
+Observer = Callable[[str, int, float, str], None]
+
+
+def _no_observer(method: str, code: int, seconds: float, event: str) -> None:
+    pass
+
+
+def _event_name(payload: bytes) -> str:
+    """A StateChange's event, by its name in NRI's enum (a number this API lacks: its number)."""
+    try:
+        number = api_pb2.StateChangeEvent.FromString(payload).event
+    except Exception:
+        return ""
+    try:
+        return E.Name(number)
+    except ValueError:
+        return str(number)
 
 
 class Late(Exception):
@@ -82,8 +103,10 @@ class NriPlugin(EngineWorker):
         reconcile: Callable[[], bool],
         rdt_by_runtime: bool = False,
         answer_seconds: float = ANSWER_SECONDS,
+        observe: Observer = _no_observer,
     ) -> None:
         super().__init__(enforcer)
+        self.observe = observe
         self.runtime = runtime
         self.reconcile = reconcile  # on the worker: True once reconciled
         self.rdt_by_runtime = rdt_by_runtime
@@ -99,15 +122,48 @@ class NriPlugin(EngineWorker):
         self._sender: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[str, Handler]:
+        observed = self._observed
         return {
-            plugin_method("Configure"): self.configure,
-            plugin_method("Synchronize"): self._handler(self.synchronize),
-            plugin_method("Shutdown"): self.shutdown,
-            plugin_method("CreateContainer"): self._handler(self.create_container),
-            plugin_method("UpdateContainer"): self._handler(self.update_container),
-            plugin_method("StopContainer"): self._handler(self.stop_container),
-            plugin_method("StateChange"): self._handler(self.state_change),
+            plugin_method("Configure"): observed("Configure", self.configure),
+            plugin_method("Synchronize"): observed("Synchronize", self._handler(self.synchronize)),
+            plugin_method("Shutdown"): observed("Shutdown", self.shutdown),
+            plugin_method("CreateContainer"): observed(
+                "CreateContainer", self._handler(self.create_container)
+            ),
+            plugin_method("UpdateContainer"): observed(
+                "UpdateContainer", self._handler(self.update_container)
+            ),
+            plugin_method("StopContainer"): observed(
+                "StopContainer", self._handler(self.stop_container)
+            ),
+            plugin_method("StateChange"): observed(
+                "StateChange", self._handler(self.state_change), _event_name
+            ),
         }
+
+    def _observed(
+        self,
+        method: str,
+        fn: Handler,
+        event: Callable[[bytes], str] | None = None,
+    ) -> Handler:
+        """Counts each request in the metrics, with its status code and answer time."""
+
+        async def handle(payload: bytes) -> bytes:
+            start = time.perf_counter()
+            code = UNKNOWN
+            try:
+                reply = await fn(payload)
+                code = OK
+                return reply
+            except TtrpcError as exc:
+                code = exc.code
+                raise
+            finally:
+                name = event(payload) if event is not None else ""
+                self.observe(method, code, time.perf_counter() - start, name)
+
+        return handle
 
     # -- the connection's life -------------------------------------------------------------
 
@@ -181,6 +237,7 @@ class NriPlugin(EngineWorker):
             if not updates or connection.closed.is_set():
                 continue
             request = api_pb2.UpdateContainersRequest(update=updates)
+            start = time.perf_counter()
             try:
                 reply = api_pb2.UpdateContainersResponse.FromString(
                     await connection.call(
@@ -191,10 +248,14 @@ class NriPlugin(EngineWorker):
                     )
                 )
             except ConnectionClosed:
+                self.observe("UpdateContainers", UNAVAILABLE, time.perf_counter() - start, "")
                 return
             except TtrpcError as exc:
+                self.observe("UpdateContainers", exc.code, time.perf_counter() - start, "")
                 log.error("UpdateContainers of %d containers failed: %s", len(updates), exc)
                 reply = api_pb2.UpdateContainersResponse(failed=updates)
+            else:
+                self.observe("UpdateContainers", OK, time.perf_counter() - start, "")
             for failed in reply.failed:
                 log.error(
                     "the runtime did not re-pin container %s to cpus=%s (the periodic check "
