@@ -92,6 +92,8 @@ _GRPC_CODES = range(17)
 
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+# NRI answers: 1.5 s is the plugin's own deadline, 2 s containerd's (then it drops the plugin).
+_NRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5)
 
 
 class EnforcerMetrics:
@@ -122,7 +124,7 @@ class EnforcerMetrics:
             "resource_enforcer_nri_call_seconds",
             "NRI request latency: the plugin's answer time, or the runtime's for UpdateContainers",
             ["method", "event"],
-            buckets=_LATENCY_BUCKETS,
+            buckets=_NRI_BUCKETS,
             registry=r,
         )
         self.decisions = Counter(

@@ -56,6 +56,7 @@ ANSWER_SECONDS = 1.5  # within containerd's 2 s per request
 UPDATE_TIMEOUT = 2.0
 # After a response carrying updates, the runtime applies them: their cgroups are read after.
 SETTLE_SECONDS = 0.5
+RECONCILE_RETRY_SECONDS = 5.0
 E = api_pb2.Event
 SUBSCRIBED = (
     E.RUN_POD_SANDBOX,
@@ -120,6 +121,7 @@ class NriPlugin(EngineWorker):
         self._work = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[str, Handler]:
         observed = self._observed
@@ -183,6 +185,9 @@ class NriPlugin(EngineWorker):
         self.synchronized.clear()
         self.reconcile_failed = f"not connected to the runtime: {reason}"
         self.runtime.disconnected()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            self._reconciling = None
         self._work.set()  # the sender sees its connection closed and ends
 
     @property
@@ -290,25 +295,58 @@ class NriPlugin(EngineWorker):
             len(request.pods),
             len(request.containers),
         )
-        try:
-            done = await self._in_time(self._reconcile)
-        except Late:
+        attempt = asyncio.ensure_future(self.run(self._reconcile))
+        finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)
+        if not finished:
             log.warning(
                 "reconciliation took over %gs: answering Synchronize without updates; they "
                 "follow as UpdateContainers",
                 self.answer_seconds,
             )
-            done = False
-        if done:
+        if finished and attempt.result():
             self.reconcile_failed = None
+        else:
+            # Late or failed: finished (and retried until it succeeds) in the background;
+            # /healthz says not ready meanwhile.
+            self._until_reconciled(attempt)
         self.synchronized.set()
         updates = self.runtime.take_updates()
         self._settle(updates)
         return api_pb2.SynchronizeResponse(update=updates).SerializeToString()
 
+    def _until_reconciled(self, attempt: asyncio.Future[bool]) -> None:
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        self._reconciling = asyncio.create_task(self._retry_reconcile(attempt, self.connection))
+
+    async def _retry_reconcile(
+        self, attempt: asyncio.Future[bool], connection: NriConnection | None
+    ) -> None:
+        """Waits for a late reconciliation, and retries a failed one every
+        RECONCILE_RETRY_SECONDS while the connection that asked for it lasts."""
+        while True:
+            try:
+                done = await attempt
+            except Exception as exc:  # the worker is gone: the plugin is stopping
+                log.warning("reconciliation not finished: %s", exc)
+                return
+            if done:
+                if self.connection is connection:
+                    self.reconcile_failed = None
+                    log.info("reconciled with the runtime's containers")
+                self._work.set()  # its re-pins go out as UpdateContainers
+                return
+            await asyncio.sleep(RECONCILE_RETRY_SECONDS)
+            if self.connection is not connection:
+                return  # a new connection brings its own Synchronize
+            attempt = asyncio.ensure_future(self.run(self._reconcile))
+
     def _reconcile(self) -> bool:
         try:
-            return self.reconcile()
+            if self.reconcile():
+                return True
+            self.reconcile_failed = "the saved state cannot be read (the log says why)"
+            return False
         except Exception as exc:
             self.reconcile_failed = str(exc)
             log.exception("reconciling with the runtime's containers failed")
