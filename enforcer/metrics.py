@@ -1,6 +1,7 @@
 """The enforcer's Prometheus metrics. No label value comes from a peer: CRI methods are named
-from the CRI's own list (`CRI_METHODS`), anything else is counted as `other`. The HTTP endpoint
-that serves them is `enforcer.app.metrics_server`."""
+from the CRI's own list (`CRI_METHODS`), NRI methods and events from NRI's (`NRI_METHODS`,
+`NRI_EVENTS`), anything else is counted as `other`. The HTTP endpoint that serves them is
+`enforcer.app.metrics_server`."""
 
 from __future__ import annotations
 
@@ -55,6 +56,35 @@ CRI_METHODS: dict[str, str] = {
     **{f"/runtime.v1.ImageService/{m}": m for m in _IMAGE_METHODS},
 }
 OTHER_METHOD = "other"
+# NRI (nri.pkg.api.v1alpha1): the plugin service's methods the runtime calls, and the runtime
+# service's methods the plugin calls (UpdateContainers: re-pins no response carried). A test
+# keeps these in step with proto/nri/api.proto.
+NRI_PLUGIN_METHODS = (
+    "Configure",
+    "Synchronize",
+    "Shutdown",
+    "CreateContainer",
+    "UpdateContainer",
+    "StopContainer",
+    "StateChange",
+)
+NRI_SENT_METHODS = ("UpdateContainers",)
+NRI_METHODS = NRI_PLUGIN_METHODS + NRI_SENT_METHODS
+# The `event` label of a StateChange: the names of NRI's Event enum (a newer runtime's events
+# are "other"); empty for the other methods.
+NRI_EVENTS = (
+    "RUN_POD_SANDBOX",
+    "STOP_POD_SANDBOX",
+    "REMOVE_POD_SANDBOX",
+    "CREATE_CONTAINER",
+    "POST_CREATE_CONTAINER",
+    "START_CONTAINER",
+    "POST_START_CONTAINER",
+    "UPDATE_CONTAINER",
+    "POST_UPDATE_CONTAINER",
+    "STOP_CONTAINER",
+    "REMOVE_CONTAINER",
+)
 # The `controller` label of resource_enforcer_controller_errors.
 CONTROLLERS = ("cpuset", "rdt", "blockio", "cluster-config", "node-resource-topology")
 # gRPC status codes are 0-16; anything else a peer made up is counted as -1.
@@ -62,6 +92,8 @@ _GRPC_CODES = range(17)
 
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+# NRI answers: 1.5 s is the plugin's own deadline, 2 s containerd's (then it drops the plugin).
+_NRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5)
 
 
 class EnforcerMetrics:
@@ -79,6 +111,20 @@ class EnforcerMetrics:
             "CRI call latency through the relay",
             ["method"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.nri_calls = Counter(
+            "resource_enforcer_nri_calls",
+            "NRI requests: the runtime's to the plugin (StateChange by event) and the "
+            "plugin's UpdateContainers to the runtime, by ttrpc status code",
+            ["method", "event", "code"],
+            registry=r,
+        )
+        self.nri_seconds = Histogram(
+            "resource_enforcer_nri_call_seconds",
+            "NRI request latency: the plugin's answer time, or the runtime's for UpdateContainers",
+            ["method", "event"],
+            buckets=_NRI_BUCKETS,
             registry=r,
         )
         self.decisions = Counter(
@@ -210,6 +256,8 @@ class EnforcerMetrics:
         # relay's event loop for every call, and labels() lookups cost more than the counting.
         # Bounded: (len(CRI_METHODS) + 1) x 18 keys at most.
         self._call_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        # The same for NRI: (len(NRI_METHODS) + len(NRI_EVENTS) + 2) x 18 keys at most.
+        self._nri_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def set_balloons(self, balloons: Iterable[BalloonView]) -> None:
         """The balloons now; the series of balloons that are gone are removed."""
@@ -256,5 +304,27 @@ class EnforcerMetrics:
         if children is None:
             children = (self.cri_calls.labels(name, str(code)), self.cri_seconds.labels(name))
             self._call_children[(name, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def observe_nri(self, method: str, code: int, seconds: float, event: str = "") -> None:
+        """One NRI request: ``method`` from NRI_METHODS, ``event`` (a StateChange's) from
+        NRI_EVENTS; anything else is "other"."""
+        if method not in NRI_METHODS:
+            method = OTHER_METHOD
+        if method != "StateChange":
+            event = ""
+        elif event not in NRI_EVENTS:
+            event = OTHER_METHOD
+        if code not in _GRPC_CODES:
+            code = -1
+        key = (method, event, code)
+        children = self._nri_children.get(key)
+        if children is None:
+            children = (
+                self.nri_calls.labels(method, event, str(code)),
+                self.nri_seconds.labels(method, event),
+            )
+            self._nri_children[key] = children
         children[0].inc()
         children[1].observe(seconds)

@@ -69,6 +69,7 @@ async def serve_nri(options: RunOptions) -> int:
         runtime,
         reconcile=partial(reconcile_once, enforcer, store),
         rdt_by_runtime=runtime_applies_rdt(options.resctrl_root),
+        observe=metrics.observe_nri,
     )
     tasks = restore_or_take_over(node, plugin)
     # The quantity parser's import (~0.4 s) is paid now, not by the first CreateContainer.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -27,7 +28,9 @@ from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.engine import Enforcer
 from enforcer.engine.model import Pinning
 from enforcer.nri.connection import (
+    OK,
     UNAVAILABLE,
+    UNKNOWN,
     ConnectionClosed,
     Handler,
     NriConnection,
@@ -53,6 +56,7 @@ ANSWER_SECONDS = 1.5  # within containerd's 2 s per request
 UPDATE_TIMEOUT = 2.0
 # After a response carrying updates, the runtime applies them: their cgroups are read after.
 SETTLE_SECONDS = 0.5
+RECONCILE_RETRY_SECONDS = 5.0
 E = api_pb2.Event
 SUBSCRIBED = (
     E.RUN_POD_SANDBOX,
@@ -65,6 +69,24 @@ SUBSCRIBED = (
     E.REMOVE_CONTAINER,
 )
 EVENT_MASK = sum(1 << (event - 1) for event in SUBSCRIBED)
+# (method, ttrpc status code, seconds, StateChange event name): the metrics' observer.
+Observer = Callable[[str, int, float, str], None]
+
+
+def _no_observer(method: str, code: int, seconds: float, event: str) -> None:
+    pass
+
+
+def _event_name(payload: bytes) -> str:
+    """A StateChange's event, by its name in NRI's enum (a number this API lacks: its number)."""
+    try:
+        number = api_pb2.StateChangeEvent.FromString(payload).event
+    except Exception:
+        return ""
+    try:
+        return E.Name(number)
+    except ValueError:
+        return str(number)
 
 
 class Late(Exception):
@@ -82,8 +104,10 @@ class NriPlugin(EngineWorker):
         reconcile: Callable[[], bool],
         rdt_by_runtime: bool = False,
         answer_seconds: float = ANSWER_SECONDS,
+        observe: Observer = _no_observer,
     ) -> None:
         super().__init__(enforcer)
+        self.observe = observe
         self.runtime = runtime
         self.reconcile = reconcile  # on the worker: True once reconciled
         self.rdt_by_runtime = rdt_by_runtime
@@ -97,17 +121,51 @@ class NriPlugin(EngineWorker):
         self._work = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[str, Handler]:
+        observed = self._observed
         return {
-            plugin_method("Configure"): self.configure,
-            plugin_method("Synchronize"): self._handler(self.synchronize),
-            plugin_method("Shutdown"): self.shutdown,
-            plugin_method("CreateContainer"): self._handler(self.create_container),
-            plugin_method("UpdateContainer"): self._handler(self.update_container),
-            plugin_method("StopContainer"): self._handler(self.stop_container),
-            plugin_method("StateChange"): self._handler(self.state_change),
+            plugin_method("Configure"): observed("Configure", self.configure),
+            plugin_method("Synchronize"): observed("Synchronize", self._handler(self.synchronize)),
+            plugin_method("Shutdown"): observed("Shutdown", self.shutdown),
+            plugin_method("CreateContainer"): observed(
+                "CreateContainer", self._handler(self.create_container)
+            ),
+            plugin_method("UpdateContainer"): observed(
+                "UpdateContainer", self._handler(self.update_container)
+            ),
+            plugin_method("StopContainer"): observed(
+                "StopContainer", self._handler(self.stop_container)
+            ),
+            plugin_method("StateChange"): observed(
+                "StateChange", self._handler(self.state_change), _event_name
+            ),
         }
+
+    def _observed(
+        self,
+        method: str,
+        fn: Handler,
+        event: Callable[[bytes], str] | None = None,
+    ) -> Handler:
+        """Counts each request in the metrics, with its status code and answer time."""
+
+        async def handle(payload: bytes) -> bytes:
+            start = time.perf_counter()
+            code = UNKNOWN
+            try:
+                reply = await fn(payload)
+                code = OK
+                return reply
+            except TtrpcError as exc:
+                code = exc.code
+                raise
+            finally:
+                name = event(payload) if event is not None else ""
+                self.observe(method, code, time.perf_counter() - start, name)
+
+        return handle
 
     # -- the connection's life -------------------------------------------------------------
 
@@ -127,6 +185,9 @@ class NriPlugin(EngineWorker):
         self.synchronized.clear()
         self.reconcile_failed = f"not connected to the runtime: {reason}"
         self.runtime.disconnected()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            self._reconciling = None
         self._work.set()  # the sender sees its connection closed and ends
 
     @property
@@ -181,6 +242,7 @@ class NriPlugin(EngineWorker):
             if not updates or connection.closed.is_set():
                 continue
             request = api_pb2.UpdateContainersRequest(update=updates)
+            start = time.perf_counter()
             try:
                 reply = api_pb2.UpdateContainersResponse.FromString(
                     await connection.call(
@@ -191,10 +253,14 @@ class NriPlugin(EngineWorker):
                     )
                 )
             except ConnectionClosed:
+                self.observe("UpdateContainers", UNAVAILABLE, time.perf_counter() - start, "")
                 return
             except TtrpcError as exc:
+                self.observe("UpdateContainers", exc.code, time.perf_counter() - start, "")
                 log.error("UpdateContainers of %d containers failed: %s", len(updates), exc)
                 reply = api_pb2.UpdateContainersResponse(failed=updates)
+            else:
+                self.observe("UpdateContainers", OK, time.perf_counter() - start, "")
             for failed in reply.failed:
                 log.error(
                     "the runtime did not re-pin container %s to cpus=%s (the periodic check "
@@ -229,25 +295,58 @@ class NriPlugin(EngineWorker):
             len(request.pods),
             len(request.containers),
         )
-        try:
-            done = await self._in_time(self._reconcile)
-        except Late:
+        attempt = asyncio.ensure_future(self.run(self._reconcile))
+        finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)
+        if not finished:
             log.warning(
                 "reconciliation took over %gs: answering Synchronize without updates; they "
                 "follow as UpdateContainers",
                 self.answer_seconds,
             )
-            done = False
-        if done:
+        if finished and attempt.result():
             self.reconcile_failed = None
+        else:
+            # Late or failed: finished (and retried until it succeeds) in the background;
+            # /healthz says not ready meanwhile.
+            self._until_reconciled(attempt)
         self.synchronized.set()
         updates = self.runtime.take_updates()
         self._settle(updates)
         return api_pb2.SynchronizeResponse(update=updates).SerializeToString()
 
+    def _until_reconciled(self, attempt: asyncio.Future[bool]) -> None:
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        self._reconciling = asyncio.create_task(self._retry_reconcile(attempt, self.connection))
+
+    async def _retry_reconcile(
+        self, attempt: asyncio.Future[bool], connection: NriConnection | None
+    ) -> None:
+        """Waits for a late reconciliation, and retries a failed one every
+        RECONCILE_RETRY_SECONDS while the connection that asked for it lasts."""
+        while True:
+            try:
+                done = await attempt
+            except Exception as exc:  # the worker is gone: the plugin is stopping
+                log.warning("reconciliation not finished: %s", exc)
+                return
+            if done:
+                if self.connection is connection:
+                    self.reconcile_failed = None
+                    log.info("reconciled with the runtime's containers")
+                self._work.set()  # its re-pins go out as UpdateContainers
+                return
+            await asyncio.sleep(RECONCILE_RETRY_SECONDS)
+            if self.connection is not connection:
+                return  # a new connection brings its own Synchronize
+            attempt = asyncio.ensure_future(self.run(self._reconcile))
+
     def _reconcile(self) -> bool:
         try:
-            return self.reconcile()
+            if self.reconcile():
+                return True
+            self.reconcile_failed = "the saved state cannot be read (the log says why)"
+            return False
         except Exception as exc:
             self.reconcile_failed = str(exc)
             log.exception("reconciling with the runtime's containers failed")

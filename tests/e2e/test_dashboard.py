@@ -1,7 +1,8 @@
 """deploy/monitoring/grafana-dashboard.json queries only metrics the programs really export.
 
-A real enforcer (console script, in front of the private containerd, a pod placed through it)
-and a real webhook (console script, over TLS) are scraped; every PromQL expression of the
+A real enforcer in each mode (console script: the relay in front of the private containerd 1.6,
+and `resource-enforcer nri` registered with the private containerd 1.7; a pod placed through
+each) and a real webhook (console script, over TLS) are scraped; every PromQL expression of the
 dashboard (panels and template variables) is parsed with a PromQL parser, and each metric name
 it selects must be among the sample names scraped from the program it belongs to.
 """
@@ -23,8 +24,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.containerd import PrivateContainerd
+from tests.support.containerd17 import NriContainerd
 from tests.support.enforcer_process import EnforcerProcess, free_port
 from tests.support.kubelet import KubeletEmulator
+from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webhook"))
@@ -81,6 +84,13 @@ def scraped(text: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+# The relay's scrape, on the system's containerd only (tests/e2e/conftest.py would run it on
+# 1.7 as well).
+@pytest.fixture(scope="session")
+def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
+    return containerd16
+
+
 @pytest.fixture
 def enforcer(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[EnforcerProcess]:
     config = tmp_path / "config.yaml"
@@ -99,6 +109,36 @@ def enforcer(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[Enforcer
 
 
 @pytest.fixture
+def nri_plugin(containerd17: NriContainerd, tmp_path: Path) -> Iterator[NriEnforcerProcess]:
+    config = tmp_path / "nri-config.yaml"
+    reserved = ALL.replace("-", ",").split(",")[0]
+    config.write_text(f'policy: {{name: static, reservedCPUs: "{reserved}"}}\n')
+    proc = NriEnforcerProcess(
+        tmp_path / "nri-enforcer",
+        nri_socket=containerd17.nri_socket,
+        config=str(config),
+        metrics_address=f"127.0.0.1:{free_port()}",
+    ).start()
+    try:
+        yield proc
+    finally:
+        assert proc.stop() == 0
+
+
+def scrape_after_a_pod(socket: str, metrics_url: str, logs: Path) -> str:
+    """The enforcer's /metrics once a pod placed through ``socket`` shows in its gauges."""
+    with KubeletEmulator(socket, log_root=logs) as kubelet:
+        kubelet.run_pod(manifest("dash", sleeper(resources=guaranteed("1"))))
+        deadline = time.monotonic() + 15
+        while True:
+            with urllib.request.urlopen(metrics_url + "/metrics", timeout=5) as r:
+                text = r.read().decode()
+            if "resource_enforcer_numa_node_cpus{" in text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.2)
+
+
+@pytest.fixture
 def webhook(tmp_path: Path) -> Iterator[tuple[WebhookServer, Path]]:
     certs = make_certs(tmp_path / "certs")
     server = WebhookServer(tmp_path, certs / "tls.crt", certs / "tls.key")
@@ -110,24 +150,22 @@ def webhook(tmp_path: Path) -> Iterator[tuple[WebhookServer, Path]]:
 
 
 def test_every_dashboard_query_names_an_exported_metric(
-    enforcer: EnforcerProcess, webhook: tuple[WebhookServer, Path], tmp_path: Path
+    enforcer: EnforcerProcess,
+    nri_plugin: NriEnforcerProcess,
+    containerd17: NriContainerd,
+    webhook: tuple[WebhookServer, Path],
+    tmp_path: Path,
 ) -> None:
-    # Some work through the relay: CRI calls, a placement, the gauges by pool and NUMA node.
-    with KubeletEmulator(enforcer.relay_socket, log_root=tmp_path / "pods") as kubelet:
-        kubelet.run_pod(manifest("dash", sleeper(resources=guaranteed("1"))))
-        deadline = time.monotonic() + 15
-        while True:
-            with urllib.request.urlopen(enforcer.metrics_url + "/metrics", timeout=5) as r:
-                enforcer_text = r.read().decode()
-            if "resource_enforcer_numa_node_cpus{" in enforcer_text or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+    # Some work through the relay and through the NRI plugin: CRI calls or NRI requests, a
+    # placement, the gauges by pool and NUMA node.
+    relay_text = scrape_after_a_pod(enforcer.relay_socket, enforcer.metrics_url, tmp_path / "r")
+    nri_text = scrape_after_a_pod(containerd17.socket, nri_plugin.metrics_url, tmp_path / "n")
     server, ca = webhook
     ctx = ssl.create_default_context(cafile=str(ca))
     with urllib.request.urlopen(f"{server.url}/metrics", timeout=5, context=ctx) as r:
         webhook_text = r.read().decode()
     exported = {
-        "resource_enforcer_": scraped(enforcer_text),
+        "resource_enforcer_": scraped(relay_text) | scraped(nri_text),
         "resource_webhook_": scraped(webhook_text),
     }
 
@@ -150,6 +188,8 @@ def test_every_dashboard_query_names_an_exported_metric(
         "resource_enforcer_numa_node_cpus",
         "resource_enforcer_pool_cpus",
         "resource_enforcer_cri_call_seconds_bucket",
+        "resource_enforcer_nri_calls_total",
+        "resource_enforcer_nri_call_seconds_bucket",
         "resource_webhook_request_duration_seconds_bucket",
         "resource_webhook_requests_total",
     } <= named

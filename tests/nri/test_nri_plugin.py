@@ -145,6 +145,39 @@ def test_a_busy_engine_gets_the_create_refused_in_time_and_released_after(parts)
     assert not enforcer.policy.taken
 
 
+def test_a_late_synchronize_is_answered_in_time_and_finished_after(parts) -> None:
+    plugin, runtime, kernel, _ = parts
+    synchronize(plugin)
+    asyncio.run(plugin.create_container(create_request("g1", 1000)))
+    kernel.cpus["c-g1"] = "1"
+    runtime.disconnected()  # the plugin reconnects: a new Synchronize, with a stranger
+    plugin.reconcile_failed = "not connected to the runtime"
+    g1 = container("g1", 1000, cpus="1", state=api_pb2.CONTAINER_RUNNING)
+    stranger = container("be", cpus="0-3", state=api_pb2.CONTAINER_RUNNING)
+    kernel.cpus["c-be"] = "0-3"
+    request = api_pb2.SynchronizeRequest(pods=[pod("g1"), pod("be", "besteffort")])
+    request.containers.extend([g1, stranger])
+
+    async def main() -> tuple[float, api_pb2.SynchronizeResponse, str | None]:
+        plugin.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
+        started = time.monotonic()
+        answer = await plugin.synchronize(request.SerializeToString())
+        took = time.monotonic() - started
+        health_meanwhile = plugin.reconcile_failed
+        await plugin.run(lambda: None)  # the late reconciliation is done
+        await asyncio.sleep(0)
+        return took, api_pb2.SynchronizeResponse.FromString(answer), health_meanwhile
+
+    took, answer, meanwhile = asyncio.run(main())
+    assert took < 0.6 and not answer.update  # answered within the plugin's own deadline
+    assert meanwhile is not None  # not ready while the reconciliation is unfinished
+    # Finished after: ready again, and the stranger's re-pin waits for the sender.
+    assert plugin.reconcile_failed is None
+    assert {u.container_id: u.linux.resources.cpu.cpus for u in runtime.take_updates()} == {
+        "c-be": "0,2-3"
+    }
+
+
 def test_synchronize_moves_an_unknown_container_off_the_exclusive_cpu(parts) -> None:
     plugin, runtime, kernel, enforcer = parts
     synchronize(plugin)
