@@ -63,6 +63,8 @@ def class_settings(config: Config) -> ClassSettings:
             config.policy.balloon_type_names() if config.policy.name == "balloons" else None
         ),
         balloon_access=config.balloon_access(),
+        cpu_classes=set(config.cpuClasses),
+        cpu_class_access=config.cpu_class_access(),
     )
 
 
@@ -261,6 +263,14 @@ class Enforcer:
             placement.mems,
             wanted.source,
         )
+        if ignored := self.policy.cpu_class_ignored(wanted.key):
+            log.warning(
+                "%s/%s container %s: %s",
+                wanted.namespace,
+                wanted.pod_name,
+                wanted.container,
+                ignored,
+            )
         return wanted.key, pinning
 
     def created(self, key: str, container_id: str) -> None:

@@ -1,24 +1,42 @@
 """CPU classes as the engine drives them through the controller interface: a balloon type's
 `cpuClass` written on the balloon's CPUs from the start, the values found there kept in the
-state file, and put back at a stop, also by the process that starts after a crash. The sysfs
-is a fake laid out as the kernel documents it (tests/controllers/test_cpuclass.py)."""
+state file, and put back at a stop, also by the process that starts after a crash; under
+topology-aware, the class a container's `cpuclass` annotation names written on its exclusive
+CPUs while it holds them. The sysfs is a fake laid out as the kernel documents it
+(tests/support/fake_cpufreq.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
+import logging
+import uuid
 from pathlib import Path
+
+import pytest
 
 from enforcer.configuration import parse_config
 from enforcer.controllers.cpu_classes import CpuClasses
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers
-from enforcer.engine import Enforcer
+from enforcer.cri import api_pb2
+from enforcer.cri.convert import container_create
+from enforcer.decode import ContainerCreate
+from enforcer.engine import Enforcer, Refused
+from enforcer.refusal import Reason
 from enforcer.state import StateStore
+from enforcer.topology import CPUSet
+from resource_contract.config import Config
 from tests.engine.test_engine_core import Clock, StandInRuntime
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "controllers"))
-from test_cpuclass import MACHINE, make_sysfs, read, snapshot
+from tests.support.fake_cpufreq import (
+    MACHINE,
+    SCALING_MAX,
+    class_files,
+    make_sysfs,
+    read,
+    snapshot,
+)
+from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.pods import guaranteed, manifest, sleeper
 
 CONFIG = parse_config(
     {
@@ -46,15 +64,15 @@ def values(sysfs: Path) -> dict[str, str]:
     return {name: text.strip() for name, text in snapshot(sysfs).items()}
 
 
-def start(tmp_path: Path, sysfs: Path) -> Enforcer:
+def start(tmp_path: Path, sysfs: Path, config: Config = CONFIG) -> Enforcer:
     runtime = StandInRuntime()
     controllers = Controllers([CpusetController(runtime), CpuClasses(str(sysfs), MACHINE)])
-    controllers.configure(CONFIG)
+    controllers.configure(config)
     store = StateStore(tmp_path / "state")
     store.ensure_dir()
     e = Enforcer(
         topology=MACHINE,
-        config=CONFIG,
+        config=config,
         store=store,
         runtime=runtime,
         controllers=controllers,
@@ -89,3 +107,116 @@ def test_a_balloons_cpu_class_is_written_remembered_and_put_back(tmp_path: Path)
     assert read(sysfs, f"cpu{cpu}/cpufreq/scaling_max_freq") == "3800000"
     e2.shutdown()
     assert values(sysfs) == before
+
+
+TOPOLOGY_AWARE = parse_config(
+    {
+        "policy": {"name": "topology-aware", "reservedCPUs": "0"},
+        "cpuClasses": {
+            "turbo": {"maxFreq": 3800000, "disabledCstates": ["C6"]},
+            "eco": {"maxFreq": 1200000},
+        },
+    }
+)
+ANNOTATION = "cpuclass.resource-enforcer.dev"
+
+
+def create_of(name: str, cpu: str, annotations: dict[str, str]) -> ContainerCreate:
+    """kubelet's CreateContainer for a one-container pod, through the CRI adapter."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+    pod = manifest(name, sleeper(resources=guaranteed(cpu)), annotations=annotations)
+    request = api_pb2.CreateContainerRequest(
+        pod_sandbox_id=f"sandbox-{name}",
+        config=container_config_for(
+            pod, pod["spec"]["containers"][0], uid, memory_capacity=1 << 34
+        ),
+        sandbox_config=sandbox_config_for(pod, uid),
+    )
+    return container_create(request)
+
+
+def run(e: Enforcer, name: str, cpu: str, annotations: dict[str, str]) -> tuple[str, str]:
+    """Creates and starts a container; its id and cpuset."""
+    key, pinning = e.create(
+        create_of(name, cpu, annotations), sandbox_id=f"sandbox-{name}", resources={}
+    )
+    runtime = e.runtime
+    assert isinstance(runtime, StandInRuntime)
+    cid = f"cid-{name}"
+    runtime.add(cid, key)
+    runtime.cpus[cid] = pinning.cpus
+    e.created(key, cid)
+    e.started(cid)
+    return cid, pinning.cpus
+
+
+def test_topology_aware_exclusive_cpus_take_the_annotations_class_while_held(
+    tmp_path: Path,
+) -> None:
+    sysfs = make_sysfs(tmp_path / "sys")
+    before = class_files(sysfs)
+    e = start(tmp_path, sysfs, TOPOLOGY_AWARE)
+    assert class_files(sysfs) == before  # nobody asked for a class yet
+    fast, fast_cpus = run(e, "fast", "2", {f"{ANNOTATION}/container.app": "turbo"})
+    _, slow_cpus = run(e, "slow", "1", {f"{ANNOTATION}/pod": "eco"})
+    turbo, eco = CPUSet.parse(fast_cpus), CPUSet.parse(slow_cpus)
+    assert len(turbo) == 2 and len(eco) == 1
+    for cpu in MACHINE.cpus:
+        want = "3800000" if cpu in turbo else "1200000" if cpu in eco else str(SCALING_MAX)
+        assert read(sysfs, f"cpu{cpu}/cpufreq/scaling_max_freq") == want, cpu
+        assert read(sysfs, f"cpu{cpu}/cpuidle/state3/disable") == ("1" if cpu in turbo else "0")
+    # The container gone, its CPUs get back what they had; the other keeps its class.
+    e.container_gone(fast, "exited")
+    for cpu in turbo:
+        assert read(sysfs, f"cpu{cpu}/cpufreq/scaling_max_freq") == str(SCALING_MAX)
+        assert read(sysfs, f"cpu{cpu}/cpuidle/state3/disable") == "0"
+    assert read(sysfs, f"cpu{min(eco)}/cpufreq/scaling_max_freq") == "1200000"
+    e.shutdown()
+    assert class_files(sysfs) == before
+
+
+def test_a_class_on_a_container_without_exclusive_cpus_is_a_warning_not_a_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sysfs = make_sysfs(tmp_path / "sys")
+    before = class_files(sysfs)
+    e = start(tmp_path, sysfs, TOPOLOGY_AWARE)
+    with caplog.at_level(logging.WARNING):
+        run(e, "web", "500m", {f"{ANNOTATION}/pod": "turbo"})
+    assert class_files(sysfs) == before  # shared CPUs serve others: never set for one
+    assert (
+        "e2e/web container app: CPU class turbo is not applied: the container has no "
+        "exclusive CPUs (it runs shared)" in caplog.text
+    )
+
+
+def test_an_unknown_or_malformed_class_is_refused_as_a_bad_request(tmp_path: Path) -> None:
+    sysfs = make_sysfs(tmp_path / "sys")
+    e = start(tmp_path, sysfs, TOPOLOGY_AWARE)
+    with pytest.raises(Refused) as info:
+        run(e, "typo", "1", {f"{ANNOTATION}/container.app": "turob"})
+    assert info.value.reason is Reason.BAD_REQUEST
+    assert f'"{ANNOTATION}/container.app": CPU class "turob" is not configured' in str(info.value)
+    assert "eco, turbo" in str(info.value)
+    with pytest.raises(Refused) as info:
+        run(e, "bad", "1", {f"{ANNOTATION}/pod": "../../" + "x" * 5000})
+    assert info.value.reason is Reason.BAD_REQUEST
+    assert "is malformed" in str(info.value) and len(str(info.value)) < 400
+    assert not e.policy.admitted  # nothing was taken
+
+
+def test_a_namespace_classaccess_keeps_out_is_forbidden(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "policy": {"name": "topology-aware", "reservedCPUs": "0"},
+            "cpuClasses": {"turbo": {"maxFreq": 3800000}},
+            "classAccess": {"cpu": {"turbo": ["ai-*"]}},
+        }
+    )
+    e = start(tmp_path, make_sysfs(tmp_path / "sys"), config)
+    with pytest.raises(Refused) as info:
+        run(e, "x", "1", {f"{ANNOTATION}/pod": "turbo"})
+    assert info.value.reason is Reason.FORBIDDEN
+    assert 'namespace "e2e" may not use CPU class "turbo" (allowed namespaces: ai-*)' in str(
+        info.value
+    )
