@@ -149,6 +149,7 @@ class Enforcer:
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
         self.metrics.set_balloons(policy.balloon_views())
+        self.metrics.set_cpu_classes(self.config.cpuClasses, policy.cpu_classes())
 
     def usage(self) -> Usage:
         """The node's CPU and memory use by pool and NUMA node now (on the worker)."""

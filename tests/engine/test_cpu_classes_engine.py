@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.commands.status import status
 from enforcer.configuration import parse_config
 from enforcer.controllers.cpu_classes import CpuClasses
 from enforcer.controllers.cpuset import CpusetController
@@ -220,3 +221,38 @@ def test_a_namespace_classaccess_keeps_out_is_forbidden(tmp_path: Path) -> None:
     assert 'namespace "e2e" may not use CPU class "turbo" (allowed namespaces: ai-*)' in str(
         info.value
     )
+
+
+def test_status_and_metrics_show_which_cpus_are_in_which_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    e = start(tmp_path, make_sysfs(tmp_path / "sys"), TOPOLOGY_AWARE)
+    _, fast_cpus = run(e, "fast", "2", {f"{ANNOTATION}/container.app": "turbo"})
+    run(e, "web", "500m", {f"{ANNOTATION}/pod": "turbo"})  # shared: no class
+    sample = e.metrics.registry.get_sample_value
+    gauge = "resource_enforcer_cpu_class_cpus"
+    assert sample(gauge, {"cpu_class": "turbo"}) == 2
+    assert sample(gauge, {"cpu_class": "eco"}) == 0  # configured, no CPU in it
+
+    # `status` reads the state file the engine wrote, as an operator would after the fact.
+    assert status(str(tmp_path / "state"), "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["cpuClasses"] == [{"name": "turbo", "cpus": fast_cpus}]
+    by_pod = {c["pod"]: c for c in document["containers"]}
+    assert by_pod["fast"]["cpuClass"] == "turbo" and by_pod["web"]["cpuClass"] is None
+    assert status(str(tmp_path / "state")) == 0
+    table = capsys.readouterr().out.splitlines()
+    (at,) = [i for i, line in enumerate(table) if line.startswith("CPU-CLASS")]
+    assert table[at + 1].split() == ["turbo", "2", fast_cpus]
+
+    # A class the configuration drops loses its series; the CPUs leave it.
+    e.reconfigure(
+        parse_config(
+            {
+                "policy": {"name": "topology-aware", "reservedCPUs": "0"},
+                "cpuClasses": {"eco": {"maxFreq": 1200000}},
+            }
+        )
+    )
+    assert sample(gauge, {"cpu_class": "turbo"}) is None
+    assert sample(gauge, {"cpu_class": "eco"}) == 0
