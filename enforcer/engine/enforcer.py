@@ -82,6 +82,8 @@ class Enforcer:
     ) -> None:
         self.topology = topology
         self.config = config
+        # Values a controller read to be put back later, not yet in the state file.
+        self._originals_unsaved = False
         self.runtime = runtime
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = controllers
@@ -500,11 +502,22 @@ class Enforcer:
         self._node_classes()
 
     def _node_classes(self) -> None:
-        """CPU classes follow the policy's CPUs; the originals a controller remembers for the
-        first time are written to the state before anything else can be lost."""
+        """CPU classes follow the policy's CPUs. The values the writes will replace are read
+        and saved in the state first, so that a crash at any point leaves the originals to
+        the next process; when they cannot be saved nothing is written (retried at the next
+        change)."""
         if self.controllers is None:
             return
-        if self.controllers.cpus(self.policy.cpu_classes()):
+        classes = self.policy.cpu_classes()
+        if self.controllers.remember(classes) or self._originals_unsaved:
+            try:
+                self.persist()
+            except StateWriteFailed as exc:
+                self._originals_unsaved = True
+                log.error("%s: CPU classes are not written until the originals are saved", exc)
+                return
+            self._originals_unsaved = False
+        if self.controllers.cpus(classes):
             with contextlib.suppress(StateWriteFailed):  # the store says why; retried by flush
                 self.persist()
 

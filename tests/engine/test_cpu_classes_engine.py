@@ -256,3 +256,51 @@ def test_status_and_metrics_show_which_cpus_are_in_which_class(
     )
     assert sample(gauge, {"cpu_class": "turbo"}) is None
     assert sample(gauge, {"cpu_class": "eco"}) == 0
+
+
+class WatchingStore(StateStore):
+    """Records, at every save, what the sysfs showed and which originals the state held; it
+    can refuse to save a state holding originals (as a full disk would)."""
+
+    def __init__(self, path: Path, sysfs: Path) -> None:
+        super().__init__(path)
+        self.sysfs = sysfs
+        self.saves: list[tuple[dict[str, str], dict[str, str]]] = []
+        self.fail: OSError | None = None
+
+    def save(self, data: dict, *, durable: bool = True) -> None:
+        remembered = data.get("controllers", {}).get("cpuclass", {}).get("remembered", {})
+        if self.fail is not None and remembered:
+            raise self.fail
+        self.saves.append((class_files(self.sysfs), dict(remembered)))
+        super().save(data, durable=durable)
+
+
+def test_the_originals_are_in_the_state_file_before_any_class_file_is_written(
+    tmp_path: Path,
+) -> None:
+    """A crash right after a write must still leave the originals to the next process: the
+    state holding them is saved first, and when it cannot be saved nothing is written."""
+    sysfs = make_sysfs(tmp_path / "sys")
+    before = class_files(sysfs)
+    runtime = StandInRuntime()
+    controllers = Controllers([CpusetController(runtime), CpuClasses(str(sysfs), MACHINE)])
+    controllers.configure(CONFIG)
+    store = WatchingStore(tmp_path / "state", sysfs)
+    store.ensure_dir()
+    e = Enforcer(
+        topology=MACHINE, config=CONFIG, store=store, runtime=runtime, controllers=controllers
+    )
+    store.fail = OSError(28, "No space left on device")
+    e.reconcile()
+    assert class_files(sysfs) == before  # the originals could not be saved: nothing written
+    store.fail = None
+    e.repin()  # the next change of placements tries again
+    (balloon,) = [b for b in e.policy.balloon_views() if b.type == "fast"]
+    assert read(sysfs, f"cpu{min(balloon.cpus)}/cpufreq/scaling_max_freq") == "3800000"
+    # The save that holds the originals saw the files still untouched.
+    files, remembered = next((f, r) for f, r in store.saves if r)
+    assert files == before
+    for cpu in balloon.cpus:
+        rel = f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_max_freq"
+        assert remembered[rel] == str(SCALING_MAX)
