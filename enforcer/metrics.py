@@ -5,7 +5,7 @@ from the CRI's own list (`CRI_METHODS`), NRI methods and events from NRI's (`NRI
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -204,6 +204,15 @@ class EnforcerMetrics:
             registry=r,
         )
         self._balloons: set[tuple[str, str]] = set()
+        # Per CPU class: names from the configuration's cpuClasses only, 0 for a class no CPU
+        # is in; a class the configuration drops loses its series.
+        self.cpu_class_cpus = Gauge(
+            "resource_enforcer_cpu_class_cpus",
+            "CPUs the policy puts in each CPU class (frequencies and C-states of cpuClasses)",
+            ["cpu_class"],
+            registry=r,
+        )
+        self._cpu_classes: set[str] = set()
         # By pool and by NUMA node. Label values come from the hardware and the policy's pool
         # tree (root, socket0, socket0/node1, ...), never from a peer; pools that a new
         # configuration no longer has are removed.
@@ -272,6 +281,19 @@ class EnforcerMetrics:
             for gauge in (self.balloon_cpus, self.balloon_containers, self.balloon_requested):
                 gauge.remove(*labels)
         self._balloons = now
+
+    def set_cpu_classes(self, configured: Iterable[str], classes: Mapping[int, str]) -> None:
+        """CPUs per configured CPU class now (a name not configured is never a label)."""
+        now = set(configured)
+        counts = dict.fromkeys(now, 0)
+        for name in classes.values():
+            if name in counts:
+                counts[name] += 1
+        for name, count in counts.items():
+            self.cpu_class_cpus.labels(name).set(count)
+        for name in self._cpu_classes - now:
+            self.cpu_class_cpus.remove(name)
+        self._cpu_classes = now
 
     def set_usage(self, usage: Usage) -> None:
         """The pool and NUMA node gauges from one measurement."""

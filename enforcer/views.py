@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from enforcer.decode import ContainerRequest
@@ -26,6 +26,7 @@ def container_table(rows: Sequence[ContainerView]) -> str:
         "MEMS",
         "RDT",
         "BLOCKIO",
+        "CPU-CLASS",
         "ID",
     )
     lines = [header]
@@ -42,6 +43,7 @@ def container_table(rows: Sequence[ContainerView]) -> str:
                 r.mems if r.mems is not None else "-",
                 r.rdt_class or "-",
                 r.blockio_class or "-",
+                r.cpu_class or "-",
                 (r.container_id or "pending")[:13],
             )
         )
@@ -201,6 +203,8 @@ def placements_report(topology: Topology, policy: Policy, rows: Sequence[Contain
         )
     elif pools := policy.pools():
         parts.append(pool_table(pools))
+    if classes := policy.cpu_classes():
+        parts.append(cpu_class_table(classes))
     parts.append(
         cpu_map(
             topology,
@@ -228,6 +232,22 @@ def balloon_table(balloons: Sequence[BalloonView], names: dict[str, str]) -> str
                 ", ".join(sorted(names.get(k, k) for k in b.containers)) or "-",
             )
         )
+    return _columns(lines)
+
+
+def cpu_classes_by_name(classes: Mapping[int, str]) -> dict[str, CPUSet]:
+    """CPU -> class turned round: each CPU class and its CPUs, by name."""
+    out: dict[str, CPUSet] = {}
+    for name in sorted(set(classes.values())):
+        out[name] = CPUSet(cpu for cpu, cls in classes.items() if cls == name)
+    return out
+
+
+def cpu_class_table(classes: Mapping[int, str]) -> str:
+    """One row per CPU class in use: its name, how many CPUs and which."""
+    lines = [("CPU-CLASS", "CPUS", "CPU LIST")]
+    for name, cpus in cpu_classes_by_name(classes).items():
+        lines.append((name, str(len(cpus)), str(cpus)))
     return _columns(lines)
 
 

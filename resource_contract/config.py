@@ -32,6 +32,7 @@ from resource_contract.classes import (
     ClassKind,
     reserved_name_problem,
 )
+from resource_contract.cpu_classes import CpuClassAccess
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -319,6 +320,8 @@ class ClassAccessConfig(_Strict):
     blockio: dict[str, list[str]] = Field(default_factory=dict)
     # balloons: which namespaces may ask for a balloon type by annotation (unlisted: all).
     balloon: dict[str, list[str]] = Field(default_factory=dict)
+    # CPU classes asked for by annotation for exclusive CPUs (unlisted: all).
+    cpu: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class PreferenceAccessConfig(BaseModel):
@@ -416,6 +419,10 @@ class Config(_Strict):
     def _cpu_class_names(cls, classes: dict[str, CPUClass]) -> dict[str, CPUClass]:
         return _safe_names(classes, "CPU class name")
 
+    def cpu_class_access(self) -> CpuClassAccess:
+        """Which namespaces may ask for each CPU class by annotation."""
+        return CpuClassAccess({k: tuple(v) for k, v in self.classAccess.cpu.items()})
+
     def balloon_access(self) -> BalloonAccess:
         """Which namespaces may ask for each balloon type by annotation. The reserved type
         follows `prefer-reserved-cpus` (it is the same request), unless listed here."""
@@ -490,6 +497,12 @@ def _balloon_problems(config: Config) -> list[str]:
             "policy.reservedCPUs: the balloons policy needs reserved CPUs (the reserved "
             "balloon, where kube-system runs)"
         )
+    for name in config.classAccess.cpu:
+        if name not in config.cpuClasses:
+            problems.append(
+                f"classAccess.cpu.{name}: no CPU class of that name is configured (cpuClasses: "
+                f"{', '.join(sorted(config.cpuClasses)) or 'none'})"
+            )
     if config.classAccess.balloon:
         known = policy.balloon_type_names() if policy.name == "balloons" else []
         for name in config.classAccess.balloon:

@@ -28,6 +28,11 @@ from resource_contract.classes import (
     validate_class_annotations,
 )
 from resource_contract.config import Config
+from resource_contract.cpu_classes import (
+    CpuClassAccess,
+    resolve_cpu_class,
+    validate_cpu_class_annotations,
+)
 from resource_contract.preferences import (
     PreferenceAccess,
     PreferenceError,
@@ -54,6 +59,9 @@ class Policy:
     # None: no --config, or a policy other than balloons: any well-formed type name goes.
     balloon_types: tuple[str, ...] | None = None
     balloon_access: BalloonAccess | None = None
+    # None: no --config: any well-formed CPU class name goes.
+    cpu_classes: frozenset[str] | None = None
+    cpu_class_access: CpuClassAccess | None = None
 
     @classmethod
     def from_config(cls, config: Config | None) -> Policy:
@@ -66,6 +74,8 @@ class Policy:
             preferences=config.preference_access(),
             balloon_types=tuple(config.policy.balloon_type_names()) if balloons else None,
             balloon_access=config.balloon_access() if balloons else None,
+            cpu_classes=frozenset(config.cpuClasses),
+            cpu_class_access=config.cpu_class_access(),
         )
 
 
@@ -102,9 +112,9 @@ def is_request_key(key: str) -> bool:
 
     Every class key holds `rdt` or `blockio` (rdtclass.*, rdt.resources.beta..., blockioclass.*,
     blockio.resources.beta...), every preference key `prefer-` or `cpu.preserve`, every
-    balloon key `balloon` and every affinity key `affinity`; the shared
-    validators look only at such keys, so handing them this subset changes nothing, and a pod
-    with twenty unrelated annotations costs no more than one without.
+    balloon key `balloon`, every CPU-class key `cpuclass` and every affinity key `affinity`;
+    the shared validators look only at such keys, so handing them this subset changes nothing,
+    and a pod with twenty unrelated annotations costs no more than one without.
     """
     return (
         "rdt" in key
@@ -112,6 +122,7 @@ def is_request_key(key: str) -> bool:
         or "prefer-" in key
         or "cpu.preserve" in key
         or "balloon" in key
+        or "cpuclass" in key
         or "affinity" in key
     )
 
@@ -242,6 +253,18 @@ def compute_annotation(pod: PodInput, policy: Policy) -> str:
                 namespace=pod.namespace,
                 types=policy.balloon_types,
                 access=policy.balloon_access,
+            )
+    except ClassRequestError as exc:
+        raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+    try:
+        validate_cpu_class_annotations(annotations)
+        for c in pod.init_containers + pod.containers:
+            resolve_cpu_class(
+                annotations,
+                c.name,
+                namespace=pod.namespace,
+                classes=policy.cpu_classes,
+                access=policy.cpu_class_access,
             )
     except ClassRequestError as exc:
         raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None

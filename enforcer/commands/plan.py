@@ -191,6 +191,10 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
         print(json.dumps(rows, indent=2))
         return code
     print(placements_report(topology, policy, views_of(policy, {})))
+    for key, admitted in policy.admitted.items():
+        if ignored := policy.cpu_class_ignored(key):
+            req = admitted.request
+            print(f"NOTE {req.namespace}/{req.pod_name}/{req.container}: {ignored}")
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")

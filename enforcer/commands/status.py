@@ -13,7 +13,7 @@ from enforcer.engine import ContainerView, Entry, views_of
 from enforcer.policy import Policy, make_policy
 from enforcer.state import StateError, StateStore, check_saved
 from enforcer.topology import Topology
-from enforcer.views import cpu_cells, placements_report
+from enforcer.views import cpu_cells, cpu_classes_by_name, placements_report
 from resource_contract.config import ConfigError, PolicyConfig
 
 
@@ -135,6 +135,10 @@ def status_document(topology: Topology, policy: Policy, rows: list[ContainerView
         ],
         "memoryOnlyNodes": list(topology.memory_only_nodes()),
         "balloons": balloons_document(policy),
+        "cpuClasses": [
+            {"name": name, "cpus": str(cpus)}
+            for name, cpus in cpu_classes_by_name(policy.cpu_classes()).items()
+        ],
     }
 
 
@@ -172,6 +176,7 @@ def _container(r: ContainerView) -> dict[str, Any]:
         "exclusiveCPUs": r.exclusive,
         "rdtClass": r.rdt_class,
         "blockioClass": r.blockio_class,
+        "cpuClass": r.cpu_class,
         "phase": r.phase or None,
         "problem": r.problem,
     }

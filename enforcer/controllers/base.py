@@ -12,9 +12,11 @@ points of a container's life, in the same order:
 - `verify`: what the kernel has for it that differs from the decision (the periodic sweep,
   and after every start and re-pin); the engine repairs and verifies again.
 
-And for the node as a whole: `cpus` (the CPU classes the policy wants, CPU by CPU, after every
-change of placements), `saved`/`restore` (what the controller must remember across a crash,
-kept in the state file) and `shutdown` (the enforcer stops: put back what it changed).
+And for the node as a whole: `remember` then `cpus` (the CPU classes the policy wants, CPU by
+CPU, after every change of placements: `remember` reads what the writes will replace, the
+engine saves it in the state file, and only then does `cpus` write), `saved`/`restore` (what
+the controller must remember across a crash, kept in the state file) and `shutdown` (the
+enforcer stops: put back what it changed).
 
 And for the configuration: `syntax` (any machine, run by `parse_config`), `check` (its part of
 a configuration against this node's hardware, nothing written: `check-config`) and
@@ -150,6 +152,11 @@ class Controller(Protocol):
 
     def verify(self, target: Target) -> Difference | None: ...
 
+    def remember(self, classes: Mapping[int, str]) -> bool:
+        """Reads, writing nothing, what `cpus(classes)` would overwrite for the first time.
+        Returns whether `saved` changed (the engine then writes the state before `cpus`)."""
+        ...
+
     def cpus(self, classes: Mapping[int, str]) -> bool:
         """The CPU classes the policy wants now (CPU -> class). Returns whether `saved`
         changed (the engine then writes the state)."""
@@ -164,6 +171,9 @@ class Controller(Protocol):
 
 class PerContainer:
     """The node-wide methods of a controller that acts only on containers: nothing to do."""
+
+    def remember(self, classes: Mapping[int, str]) -> bool:
+        return False
 
     def cpus(self, classes: Mapping[int, str]) -> bool:
         return False

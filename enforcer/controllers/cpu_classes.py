@@ -60,7 +60,9 @@ class CpuClasses:
                 self.sysfs_root, self.topology, config.cpuClasses, remembered=self._remembered
             )
             return []
-        self.ctl.configure(config.cpuClasses)
+        # Written by the next `cpus`, after the engine has saved what `remember` read.
+        self.ctl.configure(config.cpuClasses, write=False)
+        self._applied = None
         return []
 
     # -- containers: CPU classes follow CPUs, see `cpus` -----------------------------------
@@ -87,6 +89,11 @@ class CpuClasses:
         return None
 
     # -- the node --------------------------------------------------------------------------
+
+    def remember(self, classes: Mapping[int, str]) -> bool:
+        if self.ctl is None or dict(classes) == self._applied:
+            return False
+        return self.ctl.remember(classes)
 
     def cpus(self, classes: Mapping[int, str]) -> bool:
         if self.ctl is None or dict(classes) == self._applied:

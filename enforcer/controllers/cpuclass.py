@@ -54,9 +54,44 @@ class CpuClassController:
 
     # -- the API ---------------------------------------------------------------------------
 
+    def remember(self, assignment: Mapping[int, str]) -> bool:
+        """Reads and keeps the values `apply(assignment)` would overwrite for the first time,
+        writing nothing, so that they can be saved before any write; returns whether
+        `remembered` grew."""
+        before = len(self.remembered)
+        self._remember(self._settings(self._wanted(assignment)))
+        return len(self.remembered) != before
+
     def apply(self, assignment: Mapping[int, str]) -> None:
         """Brings every CPU to its class (CPU -> class name); CPUs left out get back what they
         had. A class that is not configured is a warning and treated as none."""
+        wanted = self._wanted(assignment)
+        self.assignment = {cpu: assignment[cpu] for cpu in wanted}
+        settings = self._settings(wanted)
+        stale = {rel: self.remembered[rel] for rel in self.remembered if rel not in settings}
+        self._remember(settings)
+        targets = {rel: v for rel, v in settings.items() if rel in self.remembered} | stale
+        for rel, value in self._ordered(targets):
+            self._write(rel, value)
+        for rel, value in stale.items():  # nobody needs these any more
+            if self._read(rel, quiet=True) in (None, value):
+                del self.remembered[rel]
+
+    def configure(self, classes: Mapping[str, CPUClass], *, write: bool = True) -> None:
+        """New class definitions: the CPUs' present assignment is written again (`write`), or
+        left to the next `apply` (which the caller precedes with `remember`)."""
+        self.classes = dict(classes)
+        if write:
+            self.apply(self.assignment)
+
+    def restore_all(self) -> None:
+        """Every remembered value written back (the enforcer stops or is uninstalled)."""
+        self.assignment = {}
+        self.apply({})
+
+    # -- what to write ---------------------------------------------------------------------
+
+    def _wanted(self, assignment: Mapping[int, str]) -> dict[int, CPUClass]:
         wanted: dict[int, CPUClass] = {}
         for cpu, name in assignment.items():
             cls = self.classes.get(name)
@@ -65,32 +100,14 @@ class CpuClassController:
                 continue
             if cpu in self.topology.cpus:
                 wanted[cpu] = cls
-        self.assignment = {cpu: assignment[cpu] for cpu in wanted}
-        settings = self._settings(wanted)
-        stale = {rel: self.remembered[rel] for rel in self.remembered if rel not in settings}
+        return wanted
+
+    def _remember(self, settings: Mapping[str, str]) -> None:
         for rel in settings:
             if rel not in self.remembered:
                 before = self._read(rel)
                 if before is not None:  # else warned by _read: left alone
                     self.remembered[rel] = before
-        targets = {rel: v for rel, v in settings.items() if rel in self.remembered} | stale
-        for rel, value in self._ordered(targets):
-            self._write(rel, value)
-        for rel, value in stale.items():  # nobody needs these any more
-            if self._read(rel, quiet=True) in (None, value):
-                del self.remembered[rel]
-
-    def configure(self, classes: Mapping[str, CPUClass]) -> None:
-        """New class definitions: the CPUs' present assignment is written again."""
-        self.classes = dict(classes)
-        self.apply(self.assignment)
-
-    def restore_all(self) -> None:
-        """Every remembered value written back (the enforcer stops or is uninstalled)."""
-        self.assignment = {}
-        self.apply({})
-
-    # -- what to write ---------------------------------------------------------------------
 
     def _settings(self, wanted: Mapping[int, CPUClass]) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -57,6 +57,10 @@ class Controllers:
     def stop(self, target: Target) -> list[Outcome]:
         return [controller.stop(target) for controller in self._all]
 
+    def remember(self, classes: Mapping[int, str]) -> bool:
+        changed = [controller.remember(classes) for controller in self._all]
+        return any(changed)
+
     def cpus(self, classes: Mapping[int, str]) -> bool:
         changed = [controller.cpus(classes) for controller in self._all]
         return any(changed)

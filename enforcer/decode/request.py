@@ -36,6 +36,11 @@ from resource_contract.classes import (
     resolve_class,
     validate_class_annotations,
 )
+from resource_contract.cpu_classes import (
+    CpuClassAccess,
+    resolve_cpu_class,
+    validate_cpu_class_annotations,
+)
 from resource_contract.keys import RESOURCES_KEYS
 from resource_contract.preferences import (
     PreferenceAccess,
@@ -112,6 +117,8 @@ class ContainerRequest:
     # Its affinity and anti-affinity rules, and its pod's labels (which others' rules read).
     affinity: tuple[AffinityTerm, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    # The CPU class its annotations ask for its exclusive CPUs (read by topology-aware).
+    cpu_class: str | None = None
 
     @property
     def key(self) -> str:
@@ -142,6 +149,9 @@ class ClassSettings:
     # Balloon types a pod may ask for; None: not the balloons policy, any well-formed name.
     balloon_types: Collection[str] | None = None
     balloon_access: BalloonAccess = field(default_factory=BalloonAccess)
+    # CPU classes (`cpuClasses`) a pod may ask for; None: unknown, any well-formed name.
+    cpu_classes: Collection[str] | None = None
+    cpu_class_access: CpuClassAccess = field(default_factory=CpuClassAccess)
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -309,6 +319,7 @@ def decode_container(
     try:
         validate_class_annotations(annotations)
         validate_balloon_annotations(annotations)
+        validate_cpu_class_annotations(annotations)
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
@@ -375,6 +386,17 @@ def decode_container(
         reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
         raise DecodeError(reason, f"pod {pod}: {exc}") from None
     try:
+        cpu_class = resolve_cpu_class(
+            annotations,
+            name,
+            namespace=create.namespace,
+            classes=classes.cpu_classes,
+            access=classes.cpu_class_access,
+        )
+    except ClassRequestError as exc:
+        reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
+        raise DecodeError(reason, f"pod {pod}: {exc}") from None
+    try:
         affinity = resolve_affinity(annotations, name)
     except AffinityError as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
@@ -402,6 +424,7 @@ def decode_container(
         kubelet_cpus=kubelet_cpus,
         kubelet_mems=kubelet_mems,
         balloon=balloon.name if balloon else None,
+        cpu_class=cpu_class.name if cpu_class else None,
         affinity=affinity,
         labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
         **numbers,

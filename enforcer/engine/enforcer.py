@@ -63,6 +63,8 @@ def class_settings(config: Config) -> ClassSettings:
             config.policy.balloon_type_names() if config.policy.name == "balloons" else None
         ),
         balloon_access=config.balloon_access(),
+        cpu_classes=set(config.cpuClasses),
+        cpu_class_access=config.cpu_class_access(),
     )
 
 
@@ -80,6 +82,8 @@ class Enforcer:
     ) -> None:
         self.topology = topology
         self.config = config
+        # Values a controller read to be put back later, not yet in the state file.
+        self._originals_unsaved = False
         self.runtime = runtime
         self.metrics = metrics or EnforcerMetrics()
         self.controllers = controllers
@@ -147,6 +151,7 @@ class Enforcer:
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
         self.metrics.set_balloons(policy.balloon_views())
+        self.metrics.set_cpu_classes(self.config.cpuClasses, policy.cpu_classes())
 
     def usage(self) -> Usage:
         """The node's CPU and memory use by pool and NUMA node now (on the worker)."""
@@ -261,6 +266,14 @@ class Enforcer:
             placement.mems,
             wanted.source,
         )
+        if ignored := self.policy.cpu_class_ignored(wanted.key):
+            log.warning(
+                "%s/%s container %s: %s",
+                wanted.namespace,
+                wanted.pod_name,
+                wanted.container,
+                ignored,
+            )
         return wanted.key, pinning
 
     def created(self, key: str, container_id: str) -> None:
@@ -489,11 +502,22 @@ class Enforcer:
         self._node_classes()
 
     def _node_classes(self) -> None:
-        """CPU classes follow the policy's CPUs; the originals a controller remembers for the
-        first time are written to the state before anything else can be lost."""
+        """CPU classes follow the policy's CPUs. The values the writes will replace are read
+        and saved in the state first, so that a crash at any point leaves the originals to
+        the next process; when they cannot be saved nothing is written (retried at the next
+        change)."""
         if self.controllers is None:
             return
-        if self.controllers.cpus(self.policy.cpu_classes()):
+        classes = self.policy.cpu_classes()
+        if self.controllers.remember(classes) or self._originals_unsaved:
+            try:
+                self.persist()
+            except StateWriteFailed as exc:
+                self._originals_unsaved = True
+                log.error("%s: CPU classes are not written until the originals are saved", exc)
+                return
+            self._originals_unsaved = False
+        if self.controllers.cpus(classes):
             with contextlib.suppress(StateWriteFailed):  # the store says why; retried by flush
                 self.persist()
 

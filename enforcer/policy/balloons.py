@@ -237,6 +237,15 @@ class BalloonsPolicy(Policy):
                 out.update(dict.fromkeys(b.cpus, cls))
         return out
 
+    def cpu_class_ignored(self, key: str) -> str | None:
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: under the balloons policy a "
+            "balloon type's cpuClass sets its CPUs' class, not an annotation"
+        )
+
     def to_state(self) -> dict[str, Any]:
         state = super().to_state()
         state["balloons"] = [

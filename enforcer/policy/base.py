@@ -114,6 +114,17 @@ class Policy(ABC):
         """CPU -> the CPU class the policy wants it in (CPUs without one are left out)."""
         return {}
 
+    def cpu_class_ignored(self, key: str) -> str | None:
+        """Why the CPU class an admitted container's annotation asks for is not applied to its
+        CPUs; None when it is, or when it asked for none."""
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: the {self.name} policy does "
+            "not read cpuclass annotations (only topology-aware does, for exclusive CPUs)"
+        )
+
     @property
     def taken(self) -> CPUSet:
         """CPUs held exclusively by some container."""

@@ -301,6 +301,24 @@ class TopologyAwarePolicy(Policy):
         )
         return problems
 
+    def cpu_classes(self) -> dict[int, str]:
+        """CPU -> the CPU class its container's annotation asks for: a container's exclusive
+        CPUs only (shared CPUs serve many containers, which asked for nothing or for others)."""
+        out: dict[int, str] = {}
+        for entry in self.admitted.values():
+            if entry.request.cpu_class is not None:
+                out.update(dict.fromkeys(entry.exclusive, entry.request.cpu_class))
+        return out
+
+    def cpu_class_ignored(self, key: str) -> str | None:
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None or entry.exclusive:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: the container has no "
+            f"exclusive CPUs (it runs {entry.kind}); a CPU class applies to exclusive CPUs only"
+        )
+
     def pools(self) -> list[PoolView]:
         views = []
         for p in self._pools:

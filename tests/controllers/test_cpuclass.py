@@ -1,6 +1,5 @@
 """The CPU-class controller on a fake sysfs laid out as the kernel documents it
-(Documentation/admin-guide/pm/cpufreq.rst, .../pm/intel_uncore_frequency_scaling.rst,
-.../pm/cpuidle.rst): values in kHz, one per file, a newline at the end; C-states by `name`.
+(tests/support/fake_cpufreq.py).
 
 The fake refuses, as the kernel does (EINVAL), a scaling_min_freq above the present
 scaling_max_freq and a scaling_max_freq below the present scaling_min_freq, and the same for
@@ -11,12 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from enforcer.controllers.cpuclass import CpuClassController
-from enforcer.topology import Topology
 from resource_contract.config import CPUClass
+from tests.support.fake_cpufreq import MACHINE, make_sysfs, read, snapshot
 
-# 1 socket, 2 dies, 2 cores per die, 2 threads: die 0 = CPUs 0,1,4,5; die 1 = 2,3,6,7.
-MACHINE = Topology.synthetic(dies_per_socket=2, cores_per_node=2)
-CSTATES = ["POLL", "C1", "C1E", "C6"]
 TURBO = CPUClass(
     minFreq=3200000,
     maxFreq=3800000,
@@ -25,39 +21,6 @@ TURBO = CPUClass(
     disabledCstates=["C6", "C1E"],
 )
 ECO = CPUClass(maxFreq=1200000, uncoreMinFreq=800000, uncoreMaxFreq=1600000)
-
-
-def make_sysfs(root: Path, *, cpufreq: bool = True, uncore: bool = True) -> Path:
-    cpu = root / "devices/system/cpu"
-    for n in MACHINE.cpus:
-        if cpufreq:
-            freq = cpu / f"cpu{n}/cpufreq"
-            freq.mkdir(parents=True)
-            for name, value in (
-                ("cpuinfo_min_freq", 800000),
-                ("cpuinfo_max_freq", 3800000),
-                ("scaling_min_freq", 800000),
-                ("scaling_max_freq", 3000000),
-            ):
-                (freq / name).write_text(f"{value}\n")
-            (freq / "scaling_governor").write_text("powersave\n")
-        for i, name in enumerate(CSTATES):
-            state = cpu / f"cpu{n}/cpuidle/state{i}"
-            state.mkdir(parents=True)
-            (state / "name").write_text(f"{name}\n")
-            (state / "disable").write_text("0\n")
-    if uncore:
-        for die in (0, 1):
-            folder = cpu / f"intel_uncore_frequency/package_00_die_{die:02d}"
-            folder.mkdir(parents=True)
-            for name, value in (
-                ("initial_min_freq_khz", 800000),
-                ("initial_max_freq_khz", 2400000),
-                ("min_freq_khz", 1200000),
-                ("max_freq_khz", 2400000),
-            ):
-                (folder / name).write_text(f"{value}\n")
-    return root
 
 
 class KernelLike(CpuClassController):
@@ -78,14 +41,6 @@ class KernelLike(CpuClassController):
                 raise AssertionError(f"EINVAL: {rel}={value} below the minimum")
         self.writes.append((rel, value))
         super()._write(rel, value)
-
-
-def read(root: Path, rel: str) -> str:
-    return (root / "devices/system/cpu" / rel).read_text().strip()
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_a_class_writes_frequencies_uncore_and_cstates(tmp_path: Path) -> None:
