@@ -26,6 +26,14 @@ from tests.support.snapshots import extract_snapshots
 
 pytestmark = pytest.mark.containerd
 
+
+# About the node's sysfs, not the runtime: on the system's containerd only (the relay's other
+# modules run on containerd 1.7 as well, tests/e2e/conftest.py).
+@pytest.fixture(scope="module")
+def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
+    return containerd16
+
+
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED, SPARE = sorted(ALL)[:2]
 CLASSES = (
