@@ -19,15 +19,16 @@ from functools import partial
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.run import (
+    log_stopped,
     metrics_address,
     prepare,
     reconcile_once,
     restore_or_take_over,
+    save_at_stop,
     start_configuration,
 )
 from enforcer.app.usage_watch import UsageWatch, topology_writer
 from enforcer.controllers.cpuset import CpusetController
-from enforcer.engine import StateWriteFailed
 from enforcer.nri.plugin import NriPlugin
 from enforcer.nri.runtime import NriRuntime, PendingCpusets
 from enforcer.nri.session import Session
@@ -129,21 +130,12 @@ async def serve_nri(options: RunOptions) -> int:
     lock.abandon()
     if source is not None:
         await asyncio.to_thread(source.stop)
-    try:
-        await asyncio.wait_for(plugin.run(enforcer.persist), options.grace_period or None)
-    except StateWriteFailed as exc:
-        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
-    except TimeoutError:
-        log.error("the state could not be written within the grace period")
     # Frequencies and C-states back as they were (CPU classes).
-    await plugin.run(enforcer.shutdown)
+    await save_at_stop(plugin, enforcer, timeout=options.grace_period or None, restore_node=True)
     lock.release()
     metrics_server.close()
     plugin.close()
     heartbeat.cancel()
     health.remove()
-    if store.problem:
-        log.warning("stopped without saving the state: %s", store.problem)
-    else:
-        log.info("stopped; state saved in %s", store.path)
+    log_stopped(store)
     return 0

@@ -305,13 +305,8 @@ async def run(options: RunOptions) -> int:
     if source is not None:
         await asyncio.to_thread(source.stop)
     await server.close(options.grace_period)
-    try:
-        await service.run(enforcer.persist)
-    except StateWriteFailed as exc:
-        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
-    if not handed_over:
-        # Frequencies and C-states back as they were (the successor of a hand-over keeps them).
-        await service.run(enforcer.shutdown)
+    # Frequencies and C-states back as they were (the successor of a hand-over keeps them).
+    await save_at_stop(service, enforcer, timeout=None, restore_node=not handed_over)
     lock.release()
     metrics_server.close()
     if handed_over:
@@ -325,11 +320,30 @@ async def run(options: RunOptions) -> int:
     runtime.close()
     heartbeat.cancel()
     health.remove()
+    log_stopped(store)
+    return 0
+
+
+async def save_at_stop(
+    worker: EngineWorker, enforcer: Enforcer, *, timeout: float | None, restore_node: bool
+) -> None:
+    """The state written one last time (within `timeout`), then, unless another enforcer takes
+    over, what the controllers changed on the node as a whole put back."""
+    try:
+        await asyncio.wait_for(worker.run(enforcer.persist), timeout)
+    except StateWriteFailed as exc:
+        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
+    except TimeoutError:
+        log.error("the state could not be written within the grace period")
+    if restore_node:
+        await worker.run(enforcer.shutdown)
+
+
+def log_stopped(store: StateStore) -> None:
     if store.problem:
         log.warning("stopped without saving the state: %s", store.problem)
     else:
         log.info("stopped; state saved in %s", store.path)
-    return 0
 
 
 async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) -> None:

@@ -28,7 +28,7 @@ an `Outcome` the engine logs and counts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -48,6 +48,26 @@ def class_refused(request: ContainerRequest, exc: ClassError) -> ClassRefused:
     feature, BAD_REQUEST for a malformed or unknown class."""
     reason = Reason.NOT_SUPPORTED if isinstance(exc, ClassUnavailable) else Reason.BAD_REQUEST
     return ClassRefused(reason, f"pod {request.namespace}/{request.pod_name}: {exc}")
+
+
+def admit_class(
+    request: ContainerRequest,
+    name: str | None,
+    explicit: bool,
+    check: Callable[..., bool],
+    without: Callable[[ContainerRequest], ContainerRequest],
+) -> ContainerRequest:
+    """A class controller's `admit`: the request as it is when its class `name` will be
+    applied (`check(name, explicit=...)`), `without(request)` when a default would be skipped,
+    a ClassRefused for an explicit request the controller cannot carry out."""
+    if name is None:
+        return request
+    try:
+        if check(name, explicit=explicit):
+            return request
+    except ClassError as exc:
+        raise class_refused(request, exc) from None
+    return without(request)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from enforcer.controllers.base import (
     Result,
     Roots,
     Target,
-    class_refused,
+    admit_class,
 )
 from enforcer.controllers.blockio import BlockIOController, check_blockio, compile_classes
 from enforcer.controllers.errors import ApplyError, ClassError
@@ -68,15 +68,13 @@ class BlockIOClasses(PerContainer):
     # -- containers ------------------------------------------------------------------------
 
     def admit(self, request: ContainerRequest) -> ContainerRequest:
-        name = request.blockio_class
-        if name is None:
-            return request
-        try:
-            if self.blockio.check(name, explicit=request.blockio_explicit):
-                return request
-        except ClassError as exc:
-            raise class_refused(request, exc) from None
-        return replace(request, blockio_class=None)
+        return admit_class(
+            request,
+            request.blockio_class,
+            request.blockio_explicit,
+            self.blockio.check,
+            lambda r: replace(r, blockio_class=None),
+        )
 
     def start(self, target: Target) -> Outcome:
         name = target.request.blockio_class

@@ -14,7 +14,7 @@ from enforcer.controllers.base import (
     Result,
     Roots,
     Target,
-    class_refused,
+    admit_class,
 )
 from enforcer.controllers.cgroups import task_cgroup_dir, task_ids
 from enforcer.controllers.errors import ApplyError, ClassError, RdtUnavailable
@@ -86,15 +86,13 @@ class RdtClasses(PerContainer):
     # -- containers ------------------------------------------------------------------------
 
     def admit(self, request: ContainerRequest) -> ContainerRequest:
-        name = request.rdt_class
-        if name is None:
-            return request
-        try:
-            if self.rdt.check(name, explicit=request.rdt_explicit):
-                return request
-        except ClassError as exc:
-            raise class_refused(request, exc) from None
-        return replace(request, rdt_class=None)
+        return admit_class(
+            request,
+            request.rdt_class,
+            request.rdt_explicit,
+            self.rdt.check,
+            lambda r: replace(r, rdt_class=None),
+        )
 
     def _folder(self, target: Target) -> str:
         return task_cgroup_dir(target.cgroup_parent, target.container_id, self.cgroupfs_root)
