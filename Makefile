@@ -4,16 +4,18 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps test test-images lint demo bench proto clean
+.PHONY: install system-deps test test-images lint demo bench proto constraints clean
 
 system-deps:
 	./.ci/system-deps.sh
 
-$(STAMP): pyproject.toml
+# Every version from constraints.txt (PIP_CONSTRAINT: the build backend pip fetches to build the
+# project is pinned too). `make constraints` rewrites it from the venv (docs/install.md).
+$(STAMP): pyproject.toml constraints.txt
 	@$(MAKE) --no-print-directory system-deps
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(BIN)/pip install -q --upgrade pip
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,9 +40,15 @@ demo: install
 bench: install
 	$(BIN)/python -m bench
 
-# Regenerates the CRI modules from proto/; tests/test_proto.py proves the committed ones are current.
+# Regenerates the CRI, NRI and ttrpc modules from proto/; tests/test_proto.py and
+# tests/test_nri_proto.py prove the committed ones are current.
 proto: install
 	$(BIN)/python -m enforcer.cri.generate
+	$(BIN)/python -m enforcer.nriapi.generate
+
+# After `pip install -U ...` in the venv and a green `make test`: pin what it has now.
+constraints: install
+	$(BIN)/python .ci/constraints.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

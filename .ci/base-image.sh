@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A base image for Dockerfile.webhook and Dockerfile.enforcer made from Debian's own packages,
 # for building and testing the images on a machine that reaches Debian's archive and PyPI but no
-# container registry. Production builds keep the Dockerfiles' default base (python:3.11-slim).
+# container registry. Production builds keep the Dockerfiles' default base (an exact
+# python:3.11.x-slim-bookworm tag; docs/install.md, "Pinned versions").
 #
 #   .ci/base-image.sh            prints the image's name, building and importing it when missing
 #
@@ -15,8 +16,18 @@ set -euo pipefail
 SUITE=bookworm
 VARIANT=minbase
 PACKAGES=python3,python3-venv,ca-certificates
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+# The Python release the base must have: Debian 12 ships 3.11.2 for its whole life (with
+# Debian's security fixes, as 3.11.2-6+deb12uN). A base with another one is refused.
+PYTHON_VERSION=3.11.2
+# DEBIAN_SNAPSHOT=20251101T000000Z pins every package to the archive as it was then
+# (snapshot.debian.org); unset, the current bookworm packages are taken.
+if [ -n "${DEBIAN_SNAPSHOT:-}" ]; then
+  MIRROR=${DEBIAN_MIRROR:-http://snapshot.debian.org/archive/debian/$DEBIAN_SNAPSHOT}
+  SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://snapshot.debian.org/archive/debian-security/$DEBIAN_SNAPSHOT}
+else
+  MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+fi
 CACHE=${KRE_IMAGE_CACHE:-/var/cache/kube-resource-enforcer}
 SOURCES=(
   "deb $MIRROR $SUITE main"
@@ -53,14 +64,29 @@ if ! podman image exists "$image"; then
     dpkgopts=()
     for opt in "${DPKG_OPTS[@]}"; do dpkgopts+=("--dpkgopt=$opt"); done
     echo "base-image: building $tarball with mmdebstrap" >&2
+    aptopts=('APT::Install-Recommends "false"')
+    # A snapshot's Release files are past their Valid-Until: expected, not an attack.
+    [ -n "${DEBIAN_SNAPSHOT:-}" ] && aptopts+=('Acquire::Check-Valid-Until "false"')
     mmdebstrap --quiet --mode=auto --format=tar --variant="$VARIANT" \
       --include="$PACKAGES" \
-      --aptopt='APT::Install-Recommends "false"' \
+      "${aptopts[@]/#/--aptopt=}" \
       "${dpkgopts[@]}" \
       "$SUITE" "$tmp" "${SOURCES[@]}" >&2
     mv "$tmp" "$tarball"
   fi
-  echo "base-image: importing $tarball as $image" >&2
+  # The exact package versions in the base, kept beside the tarball.
+  tar -xOf "$tarball" ./var/lib/dpkg/status \
+    | awk '/^Package: /{p=$2} /^Version: /{print p "=" $2}' | sort >"$tarball.versions"
+  python_deb=$(grep '^python3.11-minimal=' "$tarball.versions" | cut -d= -f2)
+  case "$python_deb" in
+    "$PYTHON_VERSION"-*) ;;
+    *)
+      echo "base-image: $tarball has python3.11 ${python_deb:-(none)}, not $PYTHON_VERSION;" \
+        "bump PYTHON_VERSION in .ci/base-image.sh (docs/install.md, \"Pinned versions\")" >&2
+      exit 1
+      ;;
+  esac
+  echo "base-image: importing $tarball as $image (python3.11 $python_deb)" >&2
   podman import --quiet \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \

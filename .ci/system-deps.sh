@@ -19,7 +19,11 @@ command -v podman >/dev/null || need+=(podman)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
 
+# containerd 1.7 with NRI for the NRI plugin's tests, beside (never instead of) the system's.
+containerd17() { "$(dirname "$0")/containerd17.sh"; }
+
 if [ ${#need[@]} -eq 0 ]; then
+  containerd17
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -39,3 +43,4 @@ for pkg in "${need[@]}"; do
   fi
 done
 apt-get install -y -qq --no-install-recommends "${available[@]}"
+containerd17

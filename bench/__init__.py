@@ -20,6 +20,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.relay",
         "the enforcer's relay vs direct calls to the same containerd: p50/p99, create cycles",
     ),
+    "nri": (
+        "bench.nri",
+        "CreateContainer with the NRI plugin vs containerd 1.7 with NRI and no plugin: p50/p99",
+    ),
     "policy": (
         "bench.policy",
         "static and topology-aware decisions with 500 containers on 144 CPUs: rate, p99, memory",

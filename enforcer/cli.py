@@ -1,4 +1,5 @@
-"""`resource-enforcer`: run the relay, show its state, plan placements, check a configuration."""
+"""`resource-enforcer`: run the relay or the NRI plugin, show its state, plan placements, check a
+configuration."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from enforcer.build import version
 from enforcer.logs import FORMATS, setup_logging
@@ -22,6 +24,53 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--image-socket", default=None, metavar="PATH", help="default: the runtime socket"
     )
     p.add_argument("--relay-socket", default=d.relay_socket, metavar="PATH")
+    _add_engine_options(p)
+    p.add_argument(
+        "--fallback-link",
+        action="store_true",
+        help="while no enforcer runs, leave the relay socket path linked to the runtime socket",
+    )
+    p.add_argument(
+        "--supervise",
+        action="store_true",
+        help="run the relay in a child process and start it again if it dies",
+    )
+
+
+def _plugin_index(text: str) -> str:
+    if len(text) != 2 or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a two-digit index (00-99)")
+    return text
+
+
+def _plugin_name(text: str) -> str:
+    if not text or len(text) > 63 or not all(c.isalnum() or c in "-_." for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a plugin name is 1-63 letters, digits, '-', '_' or '.'"
+        )
+    return text
+
+
+def _add_nri(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "nri", help="serve the same engine as an NRI plugin of the runtime (containerd, CRI-O)"
+    )
+    d = RunOptions()
+    p.add_argument("--nri-socket", default=d.nri_socket, metavar="PATH")
+    p.add_argument("--plugin-name", default=d.plugin_name, type=_plugin_name, metavar="NAME")
+    p.add_argument(
+        "--plugin-index",
+        default=d.plugin_index,
+        type=_plugin_index,
+        metavar="NN",
+        help="two digits: the runtime calls plugins in ascending order (default: %(default)s)",
+    )
+    _add_engine_options(p)
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    """The options both `run` and `nri` take."""
+    d = RunOptions()
     p.add_argument("--state-dir", default=d.state_dir, metavar="DIR")
     p.add_argument("--config", default=None, metavar="FILE", help="default: policy none")
     p.add_argument("--sysfs-root", default=d.sysfs_root, metavar="DIR")
@@ -79,20 +128,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="API server credentials (default: the pod's service account)",
     )
     p.add_argument(
-        "--fallback-link",
-        action="store_true",
-        help="while no enforcer runs, leave the relay socket path linked to the runtime socket",
-    )
-    p.add_argument(
         "--health-file",
         default=None,
         metavar="PATH",
         help='a file rewritten every few seconds: "serving" when in charge, else "standby"',
-    )
-    p.add_argument(
-        "--supervise",
-        action="store_true",
-        help="run the relay in a child process and start it again if it dies",
     )
 
 
@@ -137,13 +176,31 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="resource-enforcer",
         description="Hardware-aware CPU, memory, RDT and block-I/O control for Kubernetes "
-        "containers, as a CRI relay between kubelet and the runtime.",
+        "containers, as a CRI relay between kubelet and the runtime or as an NRI plugin of the "
+        "runtime.",
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = top.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_status, _add_plan, _add_check):
+    for add in (_add_run, _add_nri, _add_status, _add_plan, _add_check):
         add(sub)
     return top
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "state_dir": args.state_dir,
+        "config": args.config,
+        "sysfs_root": args.sysfs_root,
+        "cgroupfs_root": args.cgroupfs_root,
+        "resctrl_root": args.resctrl_root,
+        "metrics_address": args.metrics_address,
+        "cluster_config": args.cluster_config,
+        "node_name": args.node_name,
+        "namespace": args.namespace,
+        "kubeconfig": args.kubeconfig,
+        "health_file": args.health_file,
+        "grace_period": args.grace_period,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -155,25 +212,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         setup_logging(args.log_level, args.log_format)
         return supervise(child_command(sys.argv[1:] if argv is None else argv))
+    if args.command == "nri":
+        setup_logging(args.log_level, args.log_format)
+        from enforcer.app.nri import serve_nri
+
+        return asyncio.run(
+            serve_nri(
+                RunOptions(
+                    nri_socket=args.nri_socket,
+                    plugin_name=args.plugin_name,
+                    plugin_index=args.plugin_index,
+                    **_engine_options(args),
+                )
+            )
+        )
     if args.command == "run":
         setup_logging(args.log_level, args.log_format)
         options = RunOptions(
             runtime_socket=args.runtime_socket,
             image_socket=args.image_socket,
             relay_socket=args.relay_socket,
-            state_dir=args.state_dir,
-            config=args.config,
-            sysfs_root=args.sysfs_root,
-            cgroupfs_root=args.cgroupfs_root,
-            resctrl_root=args.resctrl_root,
-            metrics_address=args.metrics_address,
-            cluster_config=args.cluster_config,
-            node_name=args.node_name,
-            namespace=args.namespace,
-            kubeconfig=args.kubeconfig,
             fallback_link=args.fallback_link,
-            health_file=args.health_file,
-            grace_period=args.grace_period,
+            **_engine_options(args),
         )
         # Only `run` pays for the daemon's imports (grpc, protobuf, prometheus_client: ~0.5 s).
         from enforcer.app.run import run

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from enforcer.controllers.checks import CONFIG_CHECKS
+from enforcer.controllers.registry import CONFIG_CHECKS
 from resource_contract import config as schema
 from resource_contract.config import Config
 

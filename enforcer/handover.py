@@ -47,12 +47,14 @@ class StateLock:
         """Takes the lock if nobody holds it. OSError when there is no lock file and none can
         be made (the folder cannot be written); an existing one locks on a read-only folder."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # O_NOFOLLOW: a link planted at the lock file is not opened (ELOOP).
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # flock needs no writes
+                # flock needs no writes
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError:
                 raise exc from None
         try:

@@ -1,4 +1,5 @@
-"""The options of `resource-enforcer run`, with the contract's defaults."""
+"""The options of `resource-enforcer run` and `resource-enforcer nri`, with the contract's
+defaults (`nri` ignores the relay's sockets, `run` the NRI ones)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,7 @@ class RunOptions:
     # SIGTERM/SIGINT: how long calls in flight may take to finish before they are cut (a
     # StopContainer lasts as long as the pod's termination grace period, 30 s by default).
     grace_period: float = 30.0
+    # `nri`: the runtime's NRI socket, and the name and two-digit index to register with.
+    nri_socket: str = "/var/run/nri/nri.sock"
+    plugin_name: str = "resource-enforcer"
+    plugin_index: str = "90"

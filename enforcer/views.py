@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from enforcer.decode import ContainerRequest
 from enforcer.engine import ContainerView
-from enforcer.policy import Policy, PoolView
+from enforcer.policy import BalloonView, Policy, PoolView
 from enforcer.policy.topology_aware import format_bytes
 from enforcer.topology import CPUSet, Topology
 
@@ -25,6 +26,7 @@ def container_table(rows: Sequence[ContainerView]) -> str:
         "MEMS",
         "RDT",
         "BLOCKIO",
+        "CPU-CLASS",
         "ID",
     )
     lines = [header]
@@ -41,6 +43,7 @@ def container_table(rows: Sequence[ContainerView]) -> str:
                 r.mems if r.mems is not None else "-",
                 r.rdt_class or "-",
                 r.blockio_class or "-",
+                r.cpu_class or "-",
                 (r.container_id or "pending")[:13],
             )
         )
@@ -194,8 +197,14 @@ def placements_report(topology: Topology, policy: Policy, rows: Sequence[Contain
                 for r in troubled
             )
         )
-    if pools := policy.pools():
+    if balloons := policy.balloon_views():
+        parts.append(
+            balloon_table(balloons, {k: _name(a.request) for k, a in policy.admitted.items()})
+        )
+    elif pools := policy.pools():
         parts.append(pool_table(pools))
+    if classes := policy.cpu_classes():
+        parts.append(cpu_class_table(classes))
     parts.append(
         cpu_map(
             topology,
@@ -206,6 +215,44 @@ def placements_report(topology: Topology, policy: Policy, rows: Sequence[Contain
         )
     )
     return "\n\n".join(parts)
+
+
+def balloon_table(balloons: Sequence[BalloonView], names: dict[str, str]) -> str:
+    """One row per balloon: type, instance, CPUs, idle CPUs shared, CPU class, containers."""
+    lines = [("BALLOON", "TYPE", "CPUS", "REQUESTED", "IDLE-SHARED", "CPU-CLASS", "CONTAINERS")]
+    for b in balloons:
+        lines.append(
+            (
+                b.name,
+                b.type,
+                str(b.cpus) or "-",
+                f"{b.milli}m",
+                str(b.shared_idle) or "-",
+                b.cpu_class or "-",
+                ", ".join(sorted(names.get(k, k) for k in b.containers)) or "-",
+            )
+        )
+    return _columns(lines)
+
+
+def cpu_classes_by_name(classes: Mapping[int, str]) -> dict[str, CPUSet]:
+    """CPU -> class turned round: each CPU class and its CPUs, by name."""
+    out: dict[str, CPUSet] = {}
+    for name in sorted(set(classes.values())):
+        out[name] = CPUSet(cpu for cpu, cls in classes.items() if cls == name)
+    return out
+
+
+def cpu_class_table(classes: Mapping[int, str]) -> str:
+    """One row per CPU class in use: its name, how many CPUs and which."""
+    lines = [("CPU-CLASS", "CPUS", "CPU LIST")]
+    for name, cpus in cpu_classes_by_name(classes).items():
+        lines.append((name, str(len(cpus)), str(cpus)))
+    return _columns(lines)
+
+
+def _name(request: ContainerRequest) -> str:
+    return f"{request.namespace}/{request.pod_name}/{request.container}"
 
 
 def _columns(lines: Sequence[Sequence[str]]) -> str:

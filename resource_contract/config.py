@@ -15,14 +15,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from resource_contract.balloons import BalloonAccess
 from resource_contract.classes import (
     CLASS_NAME_PATTERN,
     ClassAccess,
     ClassKind,
     reserved_name_problem,
 )
+from resource_contract.cpu_classes import CpuClassAccess
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -65,8 +75,102 @@ def _check_class_name(name: str) -> str:
     return name
 
 
+ShareLevel = Literal["system", "package", "die", "numa", "l2cache", "core"]
+AllocatorPriority = Literal["high", "normal", "low", "none"]
+# The peer documents `allocatorPriority` as numbers too (0: high ... 3: none).
+_PRIORITY_NUMBERS: dict[int, AllocatorPriority] = {0: "high", 1: "normal", 2: "low", 3: "none"}
+# The balloon types every balloons configuration has, whether it lists them or not.
+RESERVED_BALLOON = "reserved"
+DEFAULT_BALLOON = "default"
+_FREQ_LIMIT = 100_000_000  # kHz: 100 GHz, far above any CPU, so a typo is caught
+
+
+class BalloonType(_Strict):
+    """One entry of `policy.balloonTypes`: keys as the NRI balloons policy names them."""
+
+    name: str
+    namespaces: list[str] = Field(default_factory=list)
+    minCPUs: int = Field(default=0, ge=0, le=65536)
+    maxCPUs: int = Field(default=0, ge=0, le=65536)  # 0: no limit
+    minBalloons: int = Field(default=0, ge=0, le=4096)
+    maxBalloons: int = Field(default=0, ge=0, le=4096)  # 0: no limit
+    allocatorPriority: AllocatorPriority = "normal"
+    preferNewBalloons: bool = False
+    preferSpreadingPods: bool = False
+    preferPerNamespaceBalloon: bool = False
+    shareIdleCPUsInSame: ShareLevel | None = None
+    cpuClass: str | None = None
+    pinMemory: bool | None = None  # None: policy.pinMemory
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _CLASS_NAME.fullmatch(name):
+            raise ValueError(f'balloon type name "{name}" must match {CLASS_NAME_PATTERN}')
+        return name
+
+    @field_validator("allocatorPriority", mode="before")
+    @classmethod
+    def _priority(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool) and value in _PRIORITY_NUMBERS:
+            return _PRIORITY_NUMBERS[value]
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> BalloonType:
+        if self.maxCPUs and self.minCPUs > self.maxCPUs:
+            raise ValueError(f"minCPUs {self.minCPUs} is above maxCPUs {self.maxCPUs}")
+        if self.maxBalloons and self.minBalloons > self.maxBalloons:
+            raise ValueError(
+                f"minBalloons {self.minBalloons} is above maxBalloons {self.maxBalloons}"
+            )
+        if self.name == RESERVED_BALLOON:
+            # By value, not by presence: a saved configuration lists every key.
+            fixed = [
+                key
+                for key in ("minCPUs", "maxCPUs", "minBalloons", "maxBalloons")
+                if getattr(self, key)
+            ]
+            if fixed:
+                raise ValueError(
+                    f"the reserved balloon is policy.reservedCPUs, one balloon of fixed size: "
+                    f"{', '.join(fixed)} cannot be set for it"
+                )
+        return self
+
+
+class CPUClass(_Strict):
+    """One entry of `cpuClasses`: frequencies in kHz (as cpufreq writes them), C-states by name."""
+
+    minFreq: int | None = Field(default=None, gt=0, le=_FREQ_LIMIT)
+    maxFreq: int | None = Field(default=None, gt=0, le=_FREQ_LIMIT)
+    uncoreMinFreq: int | None = Field(default=None, gt=0, le=_FREQ_LIMIT)
+    uncoreMaxFreq: int | None = Field(default=None, gt=0, le=_FREQ_LIMIT)
+    disabledCstates: list[str] = Field(default_factory=list)
+
+    @field_validator("disabledCstates")
+    @classmethod
+    def _cstate_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            # cpuidle's `name` files: short words such as POLL, C1, C1E, C6, C1_ACPI.
+            if not _CSTATE_NAME.fullmatch(name):
+                raise ValueError(f'C-state name "{name}" must match {_CSTATE_NAME.pattern}')
+        return names
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CPUClass:
+        for low, high in (("minFreq", "maxFreq"), ("uncoreMinFreq", "uncoreMaxFreq")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"{low} {lo} is above {high} {hi}")
+        return self
+
+
+_CSTATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+
+
 class PolicyConfig(_Strict):
-    name: Literal["none", "static", "topology-aware"] = "none"
+    name: Literal["none", "static", "topology-aware", "balloons"] = "none"
     # A cpuset ("0-1") or a CPU quantity (2, "1500m"); resolved against the topology later.
     reservedCPUs: str | int | float | None = None
     availableCPUs: str | None = None
@@ -74,6 +178,28 @@ class PolicyConfig(_Strict):
     preferIsolatedCPUs: bool = True
     preferSharedCPUs: bool = False
     reservedNamespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    # balloons: the types, in order (the first whose namespaces match takes a container).
+    balloonTypes: list[BalloonType] = Field(default_factory=list)
+
+    @field_validator("balloonTypes")
+    @classmethod
+    def _unique_types(cls, types: list[BalloonType], info: ValidationInfo) -> list[BalloonType]:
+        name = info.data.get("name")
+        if types and name is not None and name != "balloons":
+            raise ValueError(f"only read by the balloons policy, not by {name}")
+        seen: set[str] = set()
+        for balloon in types:
+            if balloon.name in seen:
+                raise ValueError(f'balloon type "{balloon.name}" is defined twice')
+            seen.add(balloon.name)
+        return types
+
+    def balloon_type_names(self) -> list[str]:
+        """Every balloon type a container may be given, the built-in ones included."""
+        names = [RESERVED_BALLOON] + [b.name for b in self.balloonTypes]
+        if DEFAULT_BALLOON not in names:
+            names.append(DEFAULT_BALLOON)
+        return list(dict.fromkeys(names))
 
     @field_validator("reservedCPUs", mode="before")
     @classmethod
@@ -192,6 +318,10 @@ class BlockIOConfig(_Strict):
 class ClassAccessConfig(_Strict):
     rdt: dict[str, list[str]] = Field(default_factory=dict)
     blockio: dict[str, list[str]] = Field(default_factory=dict)
+    # balloons: which namespaces may ask for a balloon type by annotation (unlisted: all).
+    balloon: dict[str, list[str]] = Field(default_factory=dict)
+    # CPU classes asked for by annotation for exclusive CPUs (unlisted: all).
+    cpu: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class PreferenceAccessConfig(BaseModel):
@@ -236,6 +366,21 @@ class MetricsConfig(_Strict):
         return address
 
 
+class NodeResourceTopologyConfig(_Strict):
+    """`nodeResourceTopology`: publishing a topology.node.k8s.io/v1alpha2 NodeResourceTopology
+    for the node (docs/scheduling.md)."""
+
+    enabled: bool = False
+    # At most one write per this many seconds, however often allocations change.
+    minIntervalSeconds: float = Field(default=5.0, ge=1, le=3600)
+    # What the object tells the scheduler plugin about alignment (its filter acts only on
+    # single-numa-node); None: single-numa-node under topology-aware, none otherwise.
+    topologyManagerPolicy: (
+        Literal["none", "best-effort", "restricted", "single-numa-node"] | None
+    ) = None
+    topologyManagerScope: Literal["container", "pod"] = "container"
+
+
 class VerifyConfig(_Strict):
     """How often the enforcer reads every running container's cpuset back (and repairs it)."""
 
@@ -248,7 +393,11 @@ class Config(_Strict):
     blockio: BlockIOConfig | None = None
     classAccess: ClassAccessConfig = Field(default_factory=ClassAccessConfig)
     preferenceAccess: PreferenceAccessConfig = Field(default_factory=PreferenceAccessConfig)
+    cpuClasses: dict[str, CPUClass] = Field(default_factory=dict)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    nodeResourceTopology: NodeResourceTopologyConfig = Field(
+        default_factory=NodeResourceTopologyConfig
+    )
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     def configured_classes(self, kind: ClassKind) -> set[str]:
@@ -264,6 +413,24 @@ class Config(_Strict):
                 "blockio": {k: tuple(v) for k, v in self.classAccess.blockio.items()},
             }
         )
+
+    @field_validator("cpuClasses")
+    @classmethod
+    def _cpu_class_names(cls, classes: dict[str, CPUClass]) -> dict[str, CPUClass]:
+        return _safe_names(classes, "CPU class name")
+
+    def cpu_class_access(self) -> CpuClassAccess:
+        """Which namespaces may ask for each CPU class by annotation."""
+        return CpuClassAccess({k: tuple(v) for k, v in self.classAccess.cpu.items()})
+
+    def balloon_access(self) -> BalloonAccess:
+        """Which namespaces may ask for each balloon type by annotation. The reserved type
+        follows `prefer-reserved-cpus` (it is the same request), unless listed here."""
+        rules = {name: tuple(globs) for name, globs in self.classAccess.balloon.items()}
+        reserved = self.preference_access().patterns("prefer-reserved-cpus")
+        if RESERVED_BALLOON not in rules and reserved is not None:
+            rules[RESERVED_BALLOON] = reserved
+        return BalloonAccess(rules)
 
     def preference_access(self) -> PreferenceAccess:
         """Which namespaces may ask for each CPU preference, defaults filled in."""
@@ -302,6 +469,7 @@ def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
                 problems.append(line)
         raise ConfigError(problems) from None
     problems = [problem for check in checks for problem in check(config)]
+    problems += _balloon_problems(config)
     for kind in ("rdt", "blockio"):
         configured = config.configured_classes(kind)
         for name in getattr(config.classAccess, kind):
@@ -312,6 +480,38 @@ def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _balloon_problems(config: Config) -> list[str]:
+    """What the schema cannot see alone: CPU classes and access rules naming what exists."""
+    problems = []
+    policy = config.policy
+    for i, balloon in enumerate(policy.balloonTypes):
+        if balloon.cpuClass is not None and balloon.cpuClass not in config.cpuClasses:
+            problems.append(
+                f'policy.balloonTypes.{i}.cpuClass: CPU class "{balloon.cpuClass}" is not '
+                f"configured (cpuClasses: {', '.join(sorted(config.cpuClasses)) or 'none'})"
+            )
+    if policy.name == "balloons" and policy.reservedCPUs is None:
+        problems.append(
+            "policy.reservedCPUs: the balloons policy needs reserved CPUs (the reserved "
+            "balloon, where kube-system runs)"
+        )
+    for name in config.classAccess.cpu:
+        if name not in config.cpuClasses:
+            problems.append(
+                f"classAccess.cpu.{name}: no CPU class of that name is configured (cpuClasses: "
+                f"{', '.join(sorted(config.cpuClasses)) or 'none'})"
+            )
+    if config.classAccess.balloon:
+        known = policy.balloon_type_names() if policy.name == "balloons" else []
+        for name in config.classAccess.balloon:
+            if name not in known:
+                problems.append(
+                    f"classAccess.balloon.{name}: no balloon type of that name is configured"
+                    f" (balloon types: {', '.join(known) or 'none: the policy is not balloons'})"
+                )
+    return problems
 
 
 def load_config(path: str | Path, checks: Iterable[ConfigCheck] = ()) -> Config:

@@ -13,6 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from resource_contract.affinity import AffinityError, validate_affinity_annotations
+from resource_contract.balloons import (
+    BalloonAccess,
+    resolve_balloon,
+    validate_balloon_annotations,
+)
 from resource_contract.classes import (
     CLASS_KINDS,
     ClassAccess,
@@ -22,6 +28,11 @@ from resource_contract.classes import (
     validate_class_annotations,
 )
 from resource_contract.config import Config
+from resource_contract.cpu_classes import (
+    CpuClassAccess,
+    resolve_cpu_class,
+    validate_cpu_class_annotations,
+)
 from resource_contract.preferences import (
     PreferenceAccess,
     PreferenceError,
@@ -45,15 +56,26 @@ class Policy:
     access: ClassAccess | None = None
     # None: no --config, so every preference goes here (the enforcer checks it on the node).
     preferences: PreferenceAccess | None = None
+    # None: no --config, or a policy other than balloons: any well-formed type name goes.
+    balloon_types: tuple[str, ...] | None = None
+    balloon_access: BalloonAccess | None = None
+    # None: no --config: any well-formed CPU class name goes.
+    cpu_classes: frozenset[str] | None = None
+    cpu_class_access: CpuClassAccess | None = None
 
     @classmethod
     def from_config(cls, config: Config | None) -> Policy:
         if config is None:
             return cls()
+        balloons = config.policy.name == "balloons"
         return cls(
             configured={k: frozenset(config.configured_classes(k)) for k in CLASS_KINDS},
             access=config.class_access(),
             preferences=config.preference_access(),
+            balloon_types=tuple(config.policy.balloon_type_names()) if balloons else None,
+            balloon_access=config.balloon_access() if balloons else None,
+            cpu_classes=frozenset(config.cpuClasses),
+            cpu_class_access=config.cpu_class_access(),
         )
 
 
@@ -63,7 +85,8 @@ class Denial(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-        # For metrics: malformed, unknown, forbidden, preference, preference-forbidden, quantity.
+        # For metrics: malformed, unknown, forbidden, preference, preference-forbidden, quantity,
+        # affinity.
         self.reason = reason
         self.message = message
 
@@ -88,11 +111,20 @@ def is_request_key(key: str) -> bool:
     """A cheap superset test of the class and preference annotation keys, in every dialect.
 
     Every class key holds `rdt` or `blockio` (rdtclass.*, rdt.resources.beta..., blockioclass.*,
-    blockio.resources.beta...), every preference key `prefer-` or `cpu.preserve`; the shared
-    validators look only at such keys, so handing them this subset changes nothing, and a pod
-    with twenty unrelated annotations costs no more than one without.
+    blockio.resources.beta...), every preference key `prefer-` or `cpu.preserve`, every
+    balloon key `balloon`, every CPU-class key `cpuclass` and every affinity key `affinity`;
+    the shared validators look only at such keys, so handing them this subset changes nothing,
+    and a pod with twenty unrelated annotations costs no more than one without.
     """
-    return "rdt" in key or "blockio" in key or "prefer-" in key or "cpu.preserve" in key
+    return (
+        "rdt" in key
+        or "blockio" in key
+        or "prefer-" in key
+        or "cpu.preserve" in key
+        or "balloon" in key
+        or "cpuclass" in key
+        or "affinity" in key
+    )
 
 
 def _container_inputs(containers: Any) -> tuple[ContainerInput, ...]:
@@ -212,6 +244,35 @@ def compute_annotation(pod: PodInput, policy: Policy) -> str:
         validate_class_annotations(annotations)
     except ClassRequestError as exc:
         raise Denial(400, exc.reason, str(exc)) from None
+    try:
+        validate_balloon_annotations(annotations)
+        for c in pod.init_containers + pod.containers:
+            resolve_balloon(
+                annotations,
+                c.name,
+                namespace=pod.namespace,
+                types=policy.balloon_types,
+                access=policy.balloon_access,
+            )
+    except ClassRequestError as exc:
+        raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+    try:
+        validate_cpu_class_annotations(annotations)
+        for c in pod.init_containers + pod.containers:
+            resolve_cpu_class(
+                annotations,
+                c.name,
+                namespace=pod.namespace,
+                classes=policy.cpu_classes,
+                access=policy.cpu_class_access,
+            )
+    except ClassRequestError as exc:
+        raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+    try:
+        names = [c.name for c in pod.init_containers + pod.containers]
+        validate_affinity_annotations(annotations, names)
+    except AffinityError as exc:
+        raise Denial(400, "affinity", str(exc)) from None
     _check_quantities(pod)
     qos = qos_class(_spec(pod))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from resource_contract.safe_files import private_dir, read_file, write_file
 
 DEFAULT_SECRET_NAME = "resource-webhook-tls"
 CA_DAYS = 3650
@@ -144,18 +145,11 @@ def make_serving_cert(
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomic replace, so a server watching the file never reads half of it; `mode` is set
-    before any byte is written, so a key is never readable by others, even briefly."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    """Atomic replace, so a server watching the file never reads half of it: a temporary file
+    made with O_CREAT|O_EXCL|O_NOFOLLOW and `mode` before any byte is written (a key is never
+    readable by others, even briefly), renamed over `path`. A link planted at `path` is refused
+    (UnsafePath), never written through."""
+    write_file(path, data, mode=mode)
 
 
 def secret_manifest(
@@ -179,8 +173,8 @@ def secret_manifest(
 
 
 def _load_ca(crt: Path, key: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    cert = x509.load_pem_x509_certificate(crt.read_bytes())
-    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    cert = x509.load_pem_x509_certificate(read_file(crt))
+    private = serialization.load_pem_private_key(read_file(key), password=None)
     if not isinstance(private, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{key}: not an ECDSA key")
     if private.public_key() != cert.public_key():
@@ -202,8 +196,9 @@ def write_certs(
     An existing ca.crt/ca.key pair in `out` is reused unless `new_ca`: renewing the serving
     certificate then needs no new caBundle in the webhook configuration.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # Made 0700 when missing; an existing folder the user named keeps its mode (the keys in it
+    # are 0600 all the same). A link at `out` itself is refused.
+    out = private_dir(out, fix_mode=False)
     files = CertFiles(
         ca_crt=out / "ca.crt",
         ca_key=out / "ca.key",

@@ -16,6 +16,7 @@ DENIAL_REASONS = (
     "preference",
     "preference-forbidden",
     "quantity",
+    "affinity",
     "internal",
 )
 # Admission is a sub-millisecond affair; the API server gives up after timeoutSeconds (5).

@@ -22,7 +22,7 @@ from enforcer.controllers.errors import ApplyError
 from enforcer.engine import Enforcer
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
-from enforcer.relay.service import CRIService
+from enforcer.worker import EngineWorker
 from resource_contract.config import Config, ConfigError
 
 log = logging.getLogger("enforcer")
@@ -87,7 +87,7 @@ class ConfigManager:
 
     def __init__(
         self,
-        service: CRIService,
+        service: EngineWorker,
         enforcer: Enforcer,
         *,
         file: str | None,

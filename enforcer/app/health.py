@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from pathlib import Path
+
+from resource_contract.safe_files import private_dir, write_file
 
 HEALTH_SECONDS = 5.0
 
@@ -19,10 +20,10 @@ class HealthFile:
 
     def write(self, word: str) -> None:
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(word + "\n")
-            os.replace(tmp, self.path)
+            # Made 0700 when missing (an existing folder, such as /run, is left as it is); the
+            # file through an O_EXCL|O_NOFOLLOW temporary file: a planted link is refused.
+            private_dir(self.path.parent, fix_mode=False)
+            write_file(self.path, (word + "\n").encode(), mode=0o644, durable=False)
 
     async def keep(self, in_charge: Callable[[], bool]) -> None:
         if self.path is None:

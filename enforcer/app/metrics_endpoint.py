@@ -1,7 +1,8 @@
 """The daemon's /metrics and /healthz, bound in the background while the port is taken.
 
 The server itself is ``enforcer.app.metrics_server.MetricsServer``. /healthz says not ready
-while the relay does not listen or the last reconciliation with the runtime failed.
+while the transport does not serve (the relay does not listen, the NRI plugin is not
+registered) or the last reconciliation with the runtime failed.
 """
 
 from __future__ import annotations
@@ -9,14 +10,21 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from typing import Protocol
 
 from enforcer.app.metrics_server import MetricsServer
 from enforcer.metrics import EnforcerMetrics
-from enforcer.relay.h2 import RelayServer
 
 log = logging.getLogger("enforcer")
 
 METRICS_RETRY_SECONDS = 2.0
+
+
+class Serving(Protocol):
+    """The transport: the relay's server, or the NRI plugin's session."""
+
+    @property
+    def listening(self) -> bool: ...
 
 
 class MetricsEndpoint:
@@ -24,8 +32,15 @@ class MetricsEndpoint:
     over from still holds it, with hostNetwork): then binding is retried in the background,
     never holding up the relay."""
 
-    def __init__(self, address: str, metrics: EnforcerMetrics, relay: RelayServer) -> None:
+    def __init__(
+        self,
+        address: str,
+        metrics: EnforcerMetrics,
+        relay: Serving,
+        not_serving: str = "the relay does not listen",
+    ) -> None:
         self.address = address
+        self.not_serving = not_serving
         self.metrics = metrics
         self.relay = relay
         self.server: MetricsServer | None = None
@@ -39,7 +54,7 @@ class MetricsEndpoint:
     def not_ready(self) -> str | None:
         """Why /healthz answers 503; None when it answers ok."""
         if not self.relay.listening:
-            return "the relay does not listen"
+            return self.not_serving
         if self.reconcile_failed is not None:
             return f"the last reconciliation with the runtime failed: {self.reconcile_failed}"
         return None

@@ -11,24 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 from enforcer import handover
-from enforcer.app.cluster_source import cluster_settings, start_cluster_source
+from enforcer.app.cluster_source import ClusterSettings, cluster_settings, start_cluster_source
 from enforcer.app.config_precedence import ConfigManager, Start, starting_configs
 from enforcer.app.errors import StartError
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.owned_state import OwnedStateStore
+from enforcer.app.usage_watch import UsageWatch, topology_writer
 from enforcer.app.watch import ConfigWatcher
 from enforcer.cluster import LastGoodStore
-from enforcer.controllers.blockio import BlockIOController
-from enforcer.controllers.cpuset import CgroupCpusets
+from enforcer.cluster.config_source import ClusterConfigSource
+from enforcer.controllers.base import Roots
 from enforcer.controllers.errors import ApplyError
-from enforcer.controllers.rdt import RdtController
+from enforcer.controllers.registry import node_controllers
 from enforcer.engine import Enforcer, StateWriteFailed
-from enforcer.engine.classes import ClassControllers
-from enforcer.engine.ports import RuntimeAway
+from enforcer.engine.ports import Runtime, RuntimeAway
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
 from enforcer.relay.h2 import RelayServer, serve_relay
@@ -36,6 +37,7 @@ from enforcer.relay.service import CRIService
 from enforcer.runtime import RuntimeClient
 from enforcer.state import StateStore
 from enforcer.topology import Topology, TopologyError, read_topology
+from enforcer.worker import EngineWorker
 from resource_contract.config import ConfigError, is_host_port
 from resource_contract.quantities import parse_quantity
 
@@ -61,35 +63,45 @@ def build_enforcer(
     store: StateStore,
     metrics: EnforcerMetrics,
     start: Start,
-    runtime: RuntimeClient,
+    runtime: Runtime,
 ) -> Enforcer:
-    classes = ClassControllers(
-        RdtController(options.resctrl_root),
-        BlockIOController(options.cgroupfs_root, sysfs_root=options.sysfs_root),
-        metrics,
-        cgroupfs_root=options.cgroupfs_root,
+    controllers = node_controllers(
+        Roots(
+            cgroupfs=options.cgroupfs_root, sysfs=options.sysfs_root, resctrl=options.resctrl_root
+        ),
+        topology,
     )
-    classes.configure(start.config)
+    for warning in controllers.configure(start.config):
+        log.warning("%s", warning)
     return Enforcer(
         topology=topology,
         config=start.config,
         store=store,
         runtime=runtime,
         metrics=metrics,
-        classes=classes,
-        cpusets=CgroupCpusets(options.cgroupfs_root),
+        controllers=controllers,
     )
 
 
-async def run(options: RunOptions) -> int:
-    # Signals are ours from the first moment: a stop asked for during start-up is honoured
-    # once serving (never a half-started relay killed), a reload then finds nothing to do.
-    stop = asyncio.Event()
-    reload = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload.set)
+@dataclass
+class Node:
+    """What both modes (relay and NRI) set up before they serve: the machine, the state
+    folder and its lock, the configuration and the engine over the transport's runtime port."""
+
+    options: RunOptions
+    cluster: ClusterSettings | None
+    lock: handover.StateLock
+    store: OwnedStateStore
+    last_good: LastGoodStore | None
+    metrics: EnforcerMetrics
+    start: Start
+    enforcer: Enforcer
+    first: bool  # this process holds the state lock (else it takes over from another)
+
+
+def prepare(options: RunOptions, runtime: Runtime) -> Node | None:
+    """Reads the machine, the state folder and the configuration and builds the engine; None
+    (after logging why) when the enforcer cannot start."""
     try:
         if options.metrics_address is not None:
             _check_address(options.metrics_address)
@@ -102,7 +114,6 @@ async def run(options: RunOptions) -> int:
         metrics = EnforcerMetrics()
         starts = starting_configs(options, last_good)
         enforcer: Enforcer | None = None
-        runtime = RuntimeClient(_socket_path(options.runtime_socket))
         for i, start in enumerate(starts):
             try:
                 enforcer = build_enforcer(options, topology, store, metrics, start, runtime)
@@ -122,44 +133,114 @@ async def run(options: RunOptions) -> int:
         metrics.state_writable.set_function(lambda: 0.0 if store.problem else 1.0)
     except StartError as exc:
         log.error("cannot start: %s", exc)
-        return 1
+        return None
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("configuration refused: %s", problem)
-        return 1
+        return None
     except (TopologyError, ApplyError, OSError) as exc:
         log.error("cannot start: %s", exc)
+        return None
+    return Node(options, cluster, lock, store, last_good, metrics, start, enforcer, first)
+
+
+def restore_or_take_over(node: Node, worker: EngineWorker) -> list[asyncio.Future[Any]]:
+    """Loads the saved state, or (another enforcer holds the node) queues taking it over on
+    the worker, ahead of any call the transport will submit."""
+    enforcer, store, lock = node.enforcer, node.store, node.lock
+    if node.first:
+        enforcer.restore_saved()
+        if store.problem:
+            enforcer.registry.dirty = True  # the maintenance loop retries the write till it works
+        return []
+    # Another enforcer runs on this node (a DaemonSet update): our calls queue on the worker
+    # behind taking over its state, which it hands over once it sees us.
+    log.info("enforcer pid %s runs on this node; taking over from it", lock.holder())
+
+    def take_over() -> None:
+        try:
+            if lock.acquire():
+                enforcer.restore_saved()
+                log.info("took over the state in %s", node.options.state_dir)
+                return
+        except Exception:
+            log.exception("taking over the state in %s failed", node.options.state_dir)
+        # Without the state, no decision of this process could be right: the calls queued
+        # behind the take-over (and any later) are refused, for kubelet to retry.
+        enforcer.not_in_charge = "the enforcer is stopping before it took over the node"
+
+    return [asyncio.ensure_future(worker.run(take_over))]
+
+
+def start_configuration(
+    node: Node, worker: EngineWorker, reload: asyncio.Event, tasks: list[asyncio.Future[Any]]
+) -> tuple[ConfigManager, ClusterConfigSource | None]:
+    """Live configuration: the --config file (on change and SIGHUP) and the cluster's
+    ConfigMaps, applied through the worker."""
+    options = node.options
+    manager = ConfigManager(
+        worker,
+        node.enforcer,
+        file=options.config,
+        last_good=node.last_good,
+        source=node.start.source,
+        text=node.start.text,
+    )
+    if options.config:
+        tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
+    source = None
+    if node.cluster is not None:
+        source = start_cluster_source(node.cluster, manager, node.metrics)
+    return manager, source
+
+
+def metrics_address(node: Node) -> str:
+    """The flag when given, else the configuration's metrics.address (read at start)."""
+    options = node.options
+    if options.metrics_address is not None:
+        return options.metrics_address
+    return node.start.config.metrics.address
+
+
+def reconcile_once(enforcer: Enforcer, store: StateStore) -> bool:
+    """One reconciliation, on the worker (after any take-over queued before it). A saved state
+    that cannot be read is read again first: reconciling without it would decide blind."""
+    if store.read_problem is not None:
+        enforcer.restore_saved()
+        if store.read_problem is not None:
+            return False
+    enforcer.reconcile()
+    return True
+
+
+async def run(options: RunOptions) -> int:
+    # Signals are ours from the first moment: a stop asked for during start-up is honoured
+    # once serving (never a half-started relay killed), a reload then finds nothing to do.
+    stop = asyncio.Event()
+    reload = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
+    runtime = RuntimeClient(_socket_path(options.runtime_socket))
+    node = prepare(options, runtime)
+    if node is None:
+        runtime.close()
         return 1
+    enforcer, store, lock, metrics, start = (
+        node.enforcer,
+        node.store,
+        node.lock,
+        node.metrics,
+        node.start,
+    )
 
     runtime_socket = _socket_path(options.runtime_socket)
     image_socket = _socket_path(options.image_socket or options.runtime_socket)
     relay_socket = _socket_path(options.relay_socket)
     service = CRIService(enforcer)
-    tasks: list[asyncio.Future[Any]] = []
-    if first:
-        enforcer.restore_saved()
-        if store.problem:
-            enforcer.registry.dirty = True  # the maintenance loop retries the write till it works
-    else:
-        # Another enforcer runs on this node (a DaemonSet update): our intercepted calls
-        # queue on the worker behind taking over its state, which it hands over once it sees
-        # our socket.
-        log.info("enforcer pid %s runs on this node; taking over from it", lock.holder())
-
-        def take_over() -> None:
-            try:
-                if lock.acquire():
-                    enforcer.restore_saved()
-                    log.info("took over the state in %s", options.state_dir)
-                    return
-            except Exception:
-                log.exception("taking over the state in %s failed", options.state_dir)
-            # Without the state, no decision of this process could be right: the calls queued
-            # behind the take-over (and any later) are refused, for kubelet to retry.
-            enforcer.not_in_charge = "the enforcer is stopping before it took over the node"
-
-        tasks.append(asyncio.ensure_future(service.run(take_over)))
-        await asyncio.sleep(0)  # submitted to the worker before the relay accepts a call
+    tasks = restore_or_take_over(node, service)
+    await asyncio.sleep(0)  # submitted to the worker before the relay accepts a call
 
     def route(path: str) -> str:
         return image_socket if path.startswith(IMAGE_SERVICE) else runtime_socket
@@ -179,13 +260,7 @@ async def run(options: RunOptions) -> int:
         enforcer.config.policy.name,
         start.source,
     )
-    # The flag when given, else the configuration's metrics.address (read at start).
-    metrics_address = (
-        options.metrics_address
-        if options.metrics_address is not None
-        else start.config.metrics.address
-    )
-    metrics_server = MetricsEndpoint(metrics_address, metrics, server)
+    metrics_server = MetricsEndpoint(metrics_address(node), metrics, server)
     metrics_server.start()
     health = HealthFile(options.health_file)
     heartbeat = asyncio.create_task(
@@ -199,14 +274,6 @@ async def run(options: RunOptions) -> int:
         )
     )
 
-    manager = ConfigManager(
-        service,
-        enforcer,
-        file=options.config,
-        last_good=last_good,
-        source=start.source,
-        text=start.text,
-    )
     # The quantity parser's import (~0.4 s) is paid on the worker now, once the relay serves,
     # rather than by the first CreateContainer.
     tasks.append(asyncio.ensure_future(service.run(parse_quantity, "1")))
@@ -214,11 +281,11 @@ async def run(options: RunOptions) -> int:
         asyncio.create_task(_reconcile_until_done(service, enforcer, store, stop, metrics_server))
     )
     tasks.append(asyncio.create_task(service.maintain_forever()))
-    if options.config:
-        tasks.append(asyncio.create_task(ConfigWatcher(options.config, manager, reload).run()))
-    source = None
-    if cluster is not None:
-        source = start_cluster_source(cluster, manager, metrics)
+    # The gauges by pool and NUMA node, and the NodeResourceTopology: after decisions, off
+    # the calls' path.
+    watch = UsageWatch(enforcer, service.run, metrics, topology_writer(options))
+    tasks.append(asyncio.create_task(watch.run()))
+    manager, source = start_configuration(node, service, reload, tasks)
     succeeded = asyncio.Event()
     watcher = asyncio.create_task(_watch_for_successor(server, succeeded))
     stopped = asyncio.create_task(stop.wait())
@@ -238,10 +305,8 @@ async def run(options: RunOptions) -> int:
     if source is not None:
         await asyncio.to_thread(source.stop)
     await server.close(options.grace_period)
-    try:
-        await service.run(enforcer.persist)
-    except StateWriteFailed as exc:
-        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
+    # Frequencies and C-states back as they were (the successor of a hand-over keeps them).
+    await save_at_stop(service, enforcer, timeout=None, restore_node=not handed_over)
     lock.release()
     metrics_server.close()
     if handed_over:
@@ -255,11 +320,30 @@ async def run(options: RunOptions) -> int:
     runtime.close()
     heartbeat.cancel()
     health.remove()
+    log_stopped(store)
+    return 0
+
+
+async def save_at_stop(
+    worker: EngineWorker, enforcer: Enforcer, *, timeout: float | None, restore_node: bool
+) -> None:
+    """The state written one last time (within `timeout`), then, unless another enforcer takes
+    over, what the controllers changed on the node as a whole put back."""
+    try:
+        await asyncio.wait_for(worker.run(enforcer.persist), timeout)
+    except StateWriteFailed as exc:
+        log.error("%s: the state of this stop is lost; the next start rebuilds it", exc)
+    except TimeoutError:
+        log.error("the state could not be written within the grace period")
+    if restore_node:
+        await worker.run(enforcer.shutdown)
+
+
+def log_stopped(store: StateStore) -> None:
     if store.problem:
         log.warning("stopped without saving the state: %s", store.problem)
     else:
         log.info("stopped; state saved in %s", store.path)
-    return 0
 
 
 async def _watch_for_successor(server: RelayServer, succeeded: asyncio.Event) -> None:
@@ -280,17 +364,9 @@ async def _reconcile_until_done(
     state that cannot be read is read again first: reconciling without it would decide blind.
     /healthz says not ready while the last attempt failed."""
 
-    def reconcile() -> bool:  # on the worker, after any take-over queued before it
-        if store.read_problem is not None:
-            enforcer.restore_saved()
-            if store.read_problem is not None:
-                return False
-        enforcer.reconcile()
-        return True
-
     while not stop.is_set():
         try:
-            if await service.run(reconcile):
+            if await service.run(reconcile_once, enforcer, store):
                 health.reconcile_failed = None
                 return
         except RuntimeAway as exc:

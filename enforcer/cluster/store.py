@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from resource_contract.safe_files import read_file, sync_dir, write_file
+
 log = logging.getLogger(__name__)
 
 LAST_GOOD_FILE = "config.last-good.json"
@@ -32,7 +34,7 @@ class LastGoodStore:
 
     def load(self) -> StoredConfig | None:
         try:
-            raw = self.path.read_bytes()
+            raw = read_file(self.path)  # a link planted there is not followed
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -60,15 +62,8 @@ class LastGoodStore:
             },
             indent=1,
         ).encode()
-        tmp = self.path.with_name(f".{LAST_GOOD_FILE}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        self._sync_dir()
+        # O_EXCL|O_NOFOLLOW temporary file, mode 0600, renamed over; a planted link is refused.
+        write_file(self.path, payload, mode=0o600)
 
     def clear(self) -> None:
         """The cluster holds no configuration for this node any more: forget the stored one."""
@@ -79,8 +74,4 @@ class LastGoodStore:
         self._sync_dir()
 
     def _sync_dir(self) -> None:
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(self.path.parent)

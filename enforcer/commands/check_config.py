@@ -21,15 +21,9 @@ from typing import Any
 import yaml
 
 from enforcer.configuration import load_config, parse_config
-from enforcer.controllers.blockio import compile_classes
-from enforcer.controllers.errors import RdtUnavailable
-from enforcer.controllers.rdt import plan_rdt, read_resctrl_info
-from enforcer.policy import resolve_cpu_sets
-from enforcer.topology import TopologyError, read_topology
+from enforcer.controllers.base import Roots
+from enforcer.controllers.registry import node_controllers
 from resource_contract.config import Config, ConfigError
-
-# The policy's keys the CPU-set check against a machine reads.
-_CPU_SET_KEYS = ("policy.reservedCPUs", "policy.availableCPUs")
 
 
 def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None) -> int:
@@ -114,50 +108,11 @@ def _valid_part(data: Any) -> tuple[Config | None, set[str], list[str]]:
 def _hardware_checks(
     config: Config, left_out: set[str], *, sysfs_root: str | None, resctrl_root: str | None
 ) -> tuple[list[str], list[str], list[str]]:
-    """(problems, warnings, notes on what was skipped and why)."""
-    problems: list[str] = []
-    warnings: list[str] = []
-    notes: list[str] = []
-    unchecked = [key for key in _CPU_SET_KEYS if key in left_out or "policy" in left_out]
-    if sysfs_root is None:
-        notes.append(
-            "skipped: the CPU sets (policy.reservedCPUs, policy.availableCPUs) against a "
-            "machine's CPUs: give --sysfs-root DIR (/sys on the node itself)"
-        )
-    else:
-        if unchecked:
-            notes.append(
-                f"{', '.join(unchecked)}: not checked against {sysfs_root} until the problems "
-                "above are fixed"
-            )
-        try:
-            resolve_cpu_sets(read_topology(sysfs_root), config.policy)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-        except TopologyError as exc:
-            problems.append(f"--sysfs-root: {exc}")
-    if config.blockio is not None:
-        try:
-            _, found = compile_classes(config.blockio, sysfs_root=sysfs_root or "/sys")
-            warnings.extend(found)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    elif "blockio" in left_out:
-        notes.append("blockio: its devices were not checked until the problems above are fixed")
-    if resctrl_root is None:
-        if config.rdt is not None or "rdt" in left_out:
-            notes.append("skipped: the rdt section against RDT hardware: give --resctrl-root DIR")
-    elif config.rdt is not None:
-        try:
-            plan = plan_rdt(config.rdt, read_resctrl_info(resctrl_root))
-            warnings.extend(plan.warnings)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-        except RdtUnavailable as exc:
-            problems.append(f"--resctrl-root: {exc}")
-    elif "rdt" in left_out:
-        notes.append(f"rdt: not checked against {resctrl_root} until the problems above are fixed")
-    return problems, warnings, notes
+    """(problems, warnings, notes on what was skipped and why): each controller checks its own
+    section against the hardware it was given."""
+    controllers = node_controllers(Roots(cgroupfs=None, sysfs=sysfs_root, resctrl=resctrl_root))
+    found = controllers.check(config, left_out=frozenset(left_out))
+    return found.problems, found.warnings, found.notes
 
 
 def _empty_file_warning(path: str, config: Config) -> str:

@@ -96,6 +96,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             annotations=annotations,
             cgroup_parent=cgroup_parent,
             resources=resources_for(container),
+            labels=dict(meta.get("labels") or {}),
         )
         try:
             request = decode_container(create, classes=class_settings(config), machine=machine)
@@ -128,11 +129,17 @@ def plan(config: Config, topology: Topology, pods: Iterable[Pod]) -> tuple[Polic
         placement = p.finished
         if placement is None and p.request is not None:
             placement = policy.placement(p.request.key)
-        rows.append(_row(p, placement, topology.online, all_mems))
+        rows.append(_row(p, placement, topology.online, all_mems, policy.name == "balloons"))
     return policy, rows
 
 
-def _row(p: _Planned, placement: Placement | None, online: CPUSet, all_mems: CPUSet) -> dict:
+def _row(
+    p: _Planned,
+    placement: Placement | None,
+    online: CPUSet,
+    all_mems: CPUSet,
+    balloons: bool = False,
+) -> dict:
     row: dict[str, Any] = {
         "namespace": p.namespace,
         "pod": p.pod,
@@ -146,7 +153,7 @@ def _row(p: _Planned, placement: Placement | None, online: CPUSet, all_mems: CPU
         "pool": p.nearest_pool,
         "rdtClass": p.rdt_class,
         "blockioClass": p.blockio_class,
-        "balloon": None,  # no balloons policy yet
+        "balloon": None,  # TYPE[N] under the balloons policy
         "error": p.error,
     }
     if placement is None or p.request is None:
@@ -160,6 +167,8 @@ def _row(p: _Planned, placement: Placement | None, online: CPUSet, all_mems: CPU
         sharedCPUs=str(cpus - placement.exclusive),
         pool=placement.pool,
     )
+    if balloons and placement.kind in ("balloon", "reserved"):
+        row["balloon"] = placement.pool  # TYPE[N]
     return row
 
 
@@ -182,6 +191,10 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
         print(json.dumps(rows, indent=2))
         return code
     print(placements_report(topology, policy, views_of(policy, {})))
+    for key, admitted in policy.admitted.items():
+        if ignored := policy.cpu_class_ignored(key):
+            req = admitted.request
+            print(f"NOTE {req.namespace}/{req.pod_name}/{req.container}: {ignored}")
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")

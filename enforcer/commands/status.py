@@ -13,7 +13,7 @@ from enforcer.engine import ContainerView, Entry, views_of
 from enforcer.policy import Policy, make_policy
 from enforcer.state import StateError, StateStore, check_saved
 from enforcer.topology import Topology
-from enforcer.views import cpu_cells, placements_report
+from enforcer.views import cpu_cells, cpu_classes_by_name, placements_report
 from resource_contract.config import ConfigError, PolicyConfig
 
 
@@ -134,7 +134,32 @@ def status_document(topology: Topology, policy: Policy, rows: list[ContainerView
             for c in cells
         ],
         "memoryOnlyNodes": list(topology.memory_only_nodes()),
+        "balloons": balloons_document(policy),
+        "cpuClasses": [
+            {"name": name, "cpus": str(cpus)}
+            for name, cpus in cpu_classes_by_name(policy.cpu_classes()).items()
+        ],
     }
+
+
+def balloons_document(policy: Policy) -> list[dict[str, Any]]:
+    """The balloons policy's balloons (empty under other policies)."""
+    return [
+        {
+            "name": b.name,
+            "type": b.type,
+            "instance": b.instance,
+            "cpus": str(b.cpus),
+            "requestedMilliCPU": b.milli,
+            "idleCPUsShared": str(b.shared_idle),
+            "cpuClass": b.cpu_class,
+            "containers": sorted(
+                f"{r.namespace}/{r.pod_name}/{r.container}"
+                for r in (policy.admitted[k].request for k in b.containers if k in policy.admitted)
+            ),
+        }
+        for b in policy.balloon_views()
+    ]
 
 
 def _container(r: ContainerView) -> dict[str, Any]:
@@ -151,6 +176,7 @@ def _container(r: ContainerView) -> dict[str, Any]:
         "exclusiveCPUs": r.exclusive,
         "rdtClass": r.rdt_class,
         "blockioClass": r.blockio_class,
+        "cpuClass": r.cpu_class,
         "phase": r.phase or None,
         "problem": r.problem,
     }

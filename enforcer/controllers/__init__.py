@@ -1,5 +1,7 @@
-"""Controllers that apply class decisions to the kernel: RDT (resctrl) and block I/O (cgroups).
+"""Controllers: cpuset (read back), RDT (resctrl) and block I/O (cgroups), behind one interface.
 
-Each has a pure core (configuration + hardware -> what to write) and a thin edge that writes it.
+`base` is the interface the engine calls at each point of a container's life; `registry` lists
+the controllers in one place. Each has a pure core (configuration + hardware -> what to write)
+and a thin edge that writes it.
 Kept free of heavy imports: the kubelet emulator imports `enforcer.controllers.cgroups`.
 """

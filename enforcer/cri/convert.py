@@ -63,4 +63,5 @@ def container_create(request: api_pb2.CreateContainerRequest) -> ContainerCreate
         cgroup_parent=sandbox.linux.cgroup_parent,
         resources=kubelet_resources(request.config.linux.resources),
         attempt=request.config.metadata.attempt,
+        labels=dict(sandbox.labels),
     )

@@ -9,15 +9,14 @@ folder and requires byte-identical output, so the output must be deterministic: 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import tempfile
 from pathlib import Path
 
+from enforcer.protogen import PROTO_ROOT, protoc, run_cli, write_generated
+
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent.parent
-PROTO_ROOT = REPO_ROOT / "proto"
 # Relative to PROTO_ROOT: the descriptor is registered as "cri/api.proto", a name less likely to
 # clash in the process-wide descriptor pool than a bare "api.proto".
 PROTO_FILE = "cri/api.proto"
@@ -28,60 +27,32 @@ GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 _IMPORT_RE = re.compile(r"^from cri import api_pb2 as (\w+)$", re.MULTILINE)
 
 
-def _protoc(args: list[str]) -> int:
-    # Imported here: grpc_tools is a test/dev dependency, not needed at run time.
-    import importlib.resources
-
-    from grpc_tools import protoc
-
-    include = str(importlib.resources.files("grpc_tools") / "_proto")
-    return protoc.main(["grpc_tools.protoc", f"-I{include}", *args])
-
-
 def generate(out_dir: Path) -> list[Path]:
     """Generate the modules into ``out_dir``; returns the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cri-gen-") as tmp:
         tmp_path = Path(tmp)
-        rc = _protoc(
+        protoc(
             [
-                f"-I{PROTO_ROOT}",
                 f"--python_out={tmp_path}",
                 f"--pyi_out={tmp_path}",
                 f"--grpc_python_out={tmp_path}",
                 str(PROTO_ROOT / PROTO_FILE),
             ]
         )
-        if rc != 0:
-            raise RuntimeError(f"protoc failed with exit code {rc} on {PROTO_ROOT / PROTO_FILE}")
-        written = []
-        for name in GENERATED:
-            text = (tmp_path / "cri" / name).read_text()
-            text = _IMPORT_RE.sub(r"from . import api_pb2 as \1", text)
-            if name.endswith(".pyi"):
-                # Generated stubs use the older typing style; keep them out of the lint run
-                # (pyproject excludes only the *_pb2*.py modules).
-                text = "# ruff: noqa\n" + text
-            target = out_dir / name
-            # newline="\n": identical bytes whatever the platform.
-            with open(target, "w", newline="\n") as f:
-                f.write(text)
-            written.append(target)
-    return written
+        return [
+            write_generated(
+                out_dir / name,
+                _IMPORT_RE.sub(
+                    r"from . import api_pb2 as \1", (tmp_path / "cri" / name).read_text()
+                ),
+            )
+            for name in GENERATED
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=PACKAGE_DIR,
-        help="folder to write the modules into (default: the enforcer/cri package)",
-    )
-    args = parser.parse_args(argv)
-    for path in generate(args.out):
-        print(f"wrote {path}")
-    return 0
+    return run_cli(generate, __doc__ or "", PACKAGE_DIR, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ from enforcer.decode.kubelet import (
 from enforcer.decode.machine import Machine
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
+from resource_contract.affinity import AffinityError, AffinityTerm, resolve_affinity
+from resource_contract.balloons import (
+    BalloonAccess,
+    resolve_balloon,
+    validate_balloon_annotations,
+)
 from resource_contract.classes import (
     ClassAccess,
     ClassKind,
@@ -29,6 +35,11 @@ from resource_contract.classes import (
     ClassRequestError,
     resolve_class,
     validate_class_annotations,
+)
+from resource_contract.cpu_classes import (
+    CpuClassAccess,
+    resolve_cpu_class,
+    validate_cpu_class_annotations,
 )
 from resource_contract.keys import RESOURCES_KEYS
 from resource_contract.preferences import (
@@ -65,6 +76,7 @@ class ContainerCreate:
     cgroup_parent: str  # the pod's, as kubelet set it
     resources: KubeletResources
     attempt: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pod's
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,13 @@ class ContainerRequest:
     # What kubelet asked for, checked against the machine; `cpu.preserve` keeps it.
     kubelet_cpus: CPUSet = field(default_factory=CPUSet)
     kubelet_mems: CPUSet = field(default_factory=CPUSet)
+    # The balloon type its annotations ask for (read by the balloons policy only).
+    balloon: str | None = None
+    # Its affinity and anti-affinity rules, and its pod's labels (which others' rules read).
+    affinity: tuple[AffinityTerm, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    # The CPU class its annotations ask for its exclusive CPUs (read by topology-aware).
+    cpu_class: str | None = None
 
     @property
     def key(self) -> str:
@@ -127,6 +146,12 @@ class ClassSettings:
     blockio: Collection[str] | None = None
     access: ClassAccess = field(default_factory=ClassAccess)
     preferences: PreferenceAccess = field(default_factory=PreferenceAccess)
+    # Balloon types a pod may ask for; None: not the balloons policy, any well-formed name.
+    balloon_types: Collection[str] | None = None
+    balloon_access: BalloonAccess = field(default_factory=BalloonAccess)
+    # CPU classes (`cpuClasses`) a pod may ask for; None: unknown, any well-formed name.
+    cpu_classes: Collection[str] | None = None
+    cpu_class_access: CpuClassAccess = field(default_factory=CpuClassAccess)
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -293,6 +318,8 @@ def decode_container(
 
     try:
         validate_class_annotations(annotations)
+        validate_balloon_annotations(annotations)
+        validate_cpu_class_annotations(annotations)
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
@@ -347,6 +374,32 @@ def decode_container(
             reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
             raise DecodeError(reason, f"pod {pod}: {exc}") from None
 
+    try:
+        balloon = resolve_balloon(
+            annotations,
+            name,
+            namespace=create.namespace,
+            types=classes.balloon_types,
+            access=classes.balloon_access,
+        )
+    except ClassRequestError as exc:
+        reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
+        raise DecodeError(reason, f"pod {pod}: {exc}") from None
+    try:
+        cpu_class = resolve_cpu_class(
+            annotations,
+            name,
+            namespace=create.namespace,
+            classes=classes.cpu_classes,
+            access=classes.cpu_class_access,
+        )
+    except ClassRequestError as exc:
+        reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
+        raise DecodeError(reason, f"pod {pod}: {exc}") from None
+    try:
+        affinity = resolve_affinity(annotations, name)
+    except AffinityError as exc:
+        raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
     rdt = _class("rdt", classes.rdt)
     blockio = _class("blockio", classes.blockio)
     prefs = Preferences(
@@ -370,5 +423,9 @@ def decode_container(
         blockio_explicit=bool(blockio and blockio.explicit),
         kubelet_cpus=kubelet_cpus,
         kubelet_mems=kubelet_mems,
+        balloon=balloon.name if balloon else None,
+        cpu_class=cpu_class.name if cpu_class else None,
+        affinity=affinity,
+        labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
         **numbers,
     )

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from enforcer.controllers.base import ClassRefused, Difference, Outcome, Result, Target
+from enforcer.controllers.group import Controllers
 from enforcer.decode import (
     ClassSettings,
     ContainerCreate,
@@ -28,15 +30,15 @@ from enforcer.decode import (
     decode_container,
     estimate_from_cri,
 )
-from enforcer.engine.classes import ClassControllers, ClassRefused
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
-from enforcer.engine.ports import ContainerMissing, CpusetReader, Runtime, RuntimeAway
+from enforcer.engine.ports import ContainerMissing, Runtime, RuntimeAway
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore, check_saved
 from enforcer.topology import CPUSet, Topology
+from enforcer.usage import Usage, measure
 from resource_contract.config import Config
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,12 @@ def class_settings(config: Config) -> ClassSettings:
         blockio=config.configured_classes("blockio"),
         access=config.class_access(),
         preferences=config.preference_access(),
+        balloon_types=(
+            config.policy.balloon_type_names() if config.policy.name == "balloons" else None
+        ),
+        balloon_access=config.balloon_access(),
+        cpu_classes=set(config.cpuClasses),
+        cpu_class_access=config.cpu_class_access(),
     )
 
 
@@ -69,16 +77,16 @@ class Enforcer:
         store: StateStore | None,
         runtime: Runtime,
         metrics: EnforcerMetrics | None = None,
-        classes: ClassControllers | None = None,
-        cpusets: CpusetReader | None = None,
+        controllers: Controllers | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.topology = topology
         self.config = config
+        # Values a controller read to be put back later, not yet in the state file.
+        self._originals_unsaved = False
         self.runtime = runtime
         self.metrics = metrics or EnforcerMetrics()
-        self.controllers = classes
-        self.cpusets = cpusets
+        self.controllers = controllers
         self.clock = clock
         self.classes = class_settings(config)
         self.machine = Machine.of(topology)  # what kubelet's and the annotations' numbers may name
@@ -98,6 +106,9 @@ class Enforcer:
         # Live containers whose creation the runtime did not record: not asked about again.
         self._unadoptable: set[str] = set()
         self._verified_at = clock()
+        # Counts the changes of placements (decisions, releases, reconfigurations): whoever
+        # follows the node's use (metrics, the NodeResourceTopology) measures again when it moved.
+        self.changes = 0
 
     @property
     def policy(self) -> Policy:
@@ -112,7 +123,11 @@ class Enforcer:
         return str(self.policy.available)
 
     def _header(self) -> dict[str, Any]:
-        return {"topology": self._topology_state, "policyConfig": self.config.policy.model_dump()}
+        header = {"topology": self._topology_state, "policyConfig": self.config.policy.model_dump()}
+        saved = self.controllers.saved() if self.controllers is not None else {}
+        if saved:  # what a controller must remember across a crash (CPU classes' originals)
+            header["controllers"] = saved
+        return header
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -127,6 +142,7 @@ class Enforcer:
             pass
 
     def _count(self) -> None:
+        self.changes += 1
         policy = self.policy
         taken = policy.taken
         self.metrics.cpus.labels("exclusive").set(len(taken))
@@ -134,6 +150,12 @@ class Enforcer:
         self.metrics.cpus.labels("shared").set(len(policy.available - taken))
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
+        self.metrics.set_balloons(policy.balloon_views())
+        self.metrics.set_cpu_classes(self.config.cpuClasses, policy.cpu_classes())
+
+    def usage(self) -> Usage:
+        """The node's CPU and memory use by pool and NUMA node now (on the worker)."""
+        return measure(self.topology, self.policy)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -149,7 +171,8 @@ class Enforcer:
         """
         policy = make_policy(self.topology, config.policy)
         if self.controllers is not None:
-            self.controllers.configure(config)
+            for warning in self.controllers.configure(config):
+                log.warning("%s", warning)
         old_policy, old_entries, old_config = self.policy, dict(self.registry.entries), self.config
         try:
             with self.registry.change():
@@ -167,12 +190,11 @@ class Enforcer:
         self.classes = class_settings(config)
         self.repin()
         if self.controllers is not None:
-            # Class definitions may have changed: rewrite every running container's files.
-            for entry in self.registry.entries.values():
-                if entry.phase is Phase.RUNNING and entry.container_id:
-                    self.controllers.apply_blockio(
-                        self.registry.request(entry.key), entry.cgroup_parent, entry.container_id
-                    )
+            # Class definitions may have changed: every running container's classes again.
+            for entry in list(self.registry.entries.values()):
+                target = self._target(entry)
+                if entry.phase is Phase.RUNNING and target is not None:
+                    self._record(self.controllers.update(target), target.container_id)
         self._count()
         return notes
 
@@ -199,7 +221,7 @@ class Enforcer:
             create, classes=self.classes, machine=self.machine, warn=log.warning
         )
         if self.controllers is not None:
-            wanted = self.controllers.check(wanted)
+            wanted = self.controllers.admit(wanted)
         return wanted
 
     def create(
@@ -244,6 +266,14 @@ class Enforcer:
             placement.mems,
             wanted.source,
         )
+        if ignored := self.policy.cpu_class_ignored(wanted.key):
+            log.warning(
+                "%s/%s container %s: %s",
+                wanted.namespace,
+                wanted.pod_name,
+                wanted.container,
+                ignored,
+            )
         return wanted.key, pinning
 
     def created(self, key: str, container_id: str) -> None:
@@ -302,10 +332,9 @@ class Enforcer:
         if entry is None:
             return
         entry = self.registry.touch(entry.key, phase=Phase.RUNNING) or entry
-        if self.controllers is not None:
-            self.controllers.apply(
-                self.registry.request(entry.key), entry.cgroup_parent, container_id
-            )
+        target = self._target(entry)
+        if self.controllers is not None and target is not None:
+            self._record(self.controllers.start(target), container_id)
         self.verify(entry)
 
     def container_gone(self, container_id: str, why: str) -> None:
@@ -417,6 +446,7 @@ class Enforcer:
         if not entries:
             return
         released = []
+        stopping = [t for t in map(self._target, entries) if t is not None]
         try:
             with self.registry.change():
                 for entry in entries:
@@ -431,6 +461,9 @@ class Enforcer:
                 if entry.container_id is None and entry.key in self.registry:
                     self.registry.touch(entry.key, phase=Phase.UNKNOWN, unknown_since=self.clock())
             return
+        if self.controllers is not None:
+            for target in stopping:
+                self._record(self.controllers.stop(target), target.container_id)
         for req, container_id in released:  # said once it is written
             log.info(
                 "released %s/%s container %s (%s): %s",
@@ -465,6 +498,34 @@ class Enforcer:
             self._repinning = False
         if self._vanished:
             self.repin()  # a container was gone: the pools it left move again
+            return
+        self._node_classes()
+
+    def _node_classes(self) -> None:
+        """CPU classes follow the policy's CPUs. The values the writes will replace are read
+        and saved in the state first, so that a crash at any point leaves the originals to
+        the next process; when they cannot be saved nothing is written (retried at the next
+        change)."""
+        if self.controllers is None:
+            return
+        classes = self.policy.cpu_classes()
+        if self.controllers.remember(classes) or self._originals_unsaved:
+            try:
+                self.persist()
+            except StateWriteFailed as exc:
+                self._originals_unsaved = True
+                log.error("%s: CPU classes are not written until the originals are saved", exc)
+                return
+            self._originals_unsaved = False
+        if self.controllers.cpus(classes):
+            with contextlib.suppress(StateWriteFailed):  # the store says why; retried by flush
+                self.persist()
+
+    def shutdown(self) -> None:
+        """The enforcer stops for good (not handing over): what the controllers changed on the
+        node as a whole (CPU frequencies, C-states) is put back."""
+        if self.controllers is not None:
+            self.controllers.shutdown()
 
     def _repin_once(self) -> None:
         moves = []
@@ -488,6 +549,9 @@ class Enforcer:
                     pinning.mems,
                 )
                 current = self.registry.get(entry.key)
+                target = self._target(current) if current is not None else None
+                if self.controllers is not None and target is not None:
+                    self._record(self.controllers.repin(target), target.container_id)
                 if current is not None and current.phase is Phase.RUNNING:
                     self.verify(current)
 
@@ -516,48 +580,93 @@ class Enforcer:
 
     # -- verification --------------------------------------------------------------------------
 
-    def verify(self, entry: Entry) -> bool:
-        """Reads back what the kernel has for a running container and repairs a difference.
-        Returns whether it now matches its decision."""
-        if self.cpusets is None or entry.container_id is None:
-            return True
+    def _target(self, entry: Entry) -> Target | None:
+        """The container as the controllers see it, with its decided pinning; None before the
+        runtime gave it an id."""
+        if entry.container_id is None or entry.key not in self.registry:
+            return None
         wanted = self._wanted(entry.key)
-        seen = self._read(entry)
-        if seen is None:
-            return True  # its cgroup is gone: the container ended; a listing releases it
-        if _same(seen, wanted):
-            self.registry.set_problem(entry.key, None, verified=True)
-            return True
-        name = self._name(entry.key)
-        log.warning(
-            "%s (container %s) has cpus=%s mems=%s, decided cpus=%s mems=%s: repairing",
-            name,
+        return Target(
             entry.container_id,
-            seen.cpus,
-            seen.mems,
+            entry.cgroup_parent,
+            self.registry.request(entry.key),
             wanted.cpus,
             wanted.mems,
         )
-        self.metrics.repairs.inc()
-        if self._apply(entry, entry.container_id, wanted):
-            seen = self._read(entry)
-            if seen is None or _same(seen, wanted):
-                self.registry.set_applied(entry.key, wanted.cpus, wanted.mems, verified=True)
-                return True
-        problem = (
-            f"cannot repair: the kernel has cpus={seen.cpus if seen else '?'}, "
-            f"decided cpus={wanted.cpus}"
-        )
+
+    def _record(self, outcomes: Iterable[Outcome], container_id: str) -> None:
+        """Logs and counts what the controllers did for a running container (never raised:
+        the container runs already)."""
+        for outcome in outcomes:
+            kind, name = outcome.controller, outcome.name
+            for warning in outcome.warnings:
+                log.warning("container %s: %s", container_id, warning)
+            what = f"{kind} class {name}" if name else kind
+            if outcome.result is Result.FAILED:
+                self.metrics.controller_errors.labels(kind).inc()
+                log.error("container %s: %s not applied: %s", container_id, what, outcome.detail)
+            if name:
+                self.metrics.class_applications.labels(kind, name, outcome.result.value).inc()
+                if outcome.result is not Result.FAILED:
+                    log.info("container %s: %s %s", container_id, what, outcome.result.value)
+
+    def verify(self, entry: Entry) -> bool:
+        """Reads back what the kernel has for a running container from every controller and
+        repairs a difference (the cpuset through the runtime, classes by applying them again).
+        Returns whether it now matches its decision."""
+        if self.controllers is None:
+            return True
+        target = self._target(entry)
+        if target is None:
+            return True
+        differences = self.controllers.verify(target)
+        if not differences:
+            self.registry.set_problem(entry.key, None, verified=True)
+            return True
+        name = self._name(entry.key)
+        problems = []
+        for difference in differences:
+            log.warning(
+                "%s (container %s): %s %s: repairing",
+                name,
+                target.container_id,
+                difference.controller,
+                difference.detail,
+            )
+            if difference.by_runtime:
+                self.metrics.repairs.inc()  # cpuset repairs; a class's count as applications
+            left = self._repair(entry, target, difference)
+            if left is not None:
+                problems.append(left)
+        if not problems:
+            self.registry.set_problem(entry.key, None, verified=True)
+            return True
+        problem = "; ".join(problems)
         self.registry.set_problem(entry.key, problem)
         self.metrics.unrepaired.inc()
-        log.error("%s (container %s): %s", name, entry.container_id, problem)
+        log.error("%s (container %s): %s", name, target.container_id, problem)
         return False
 
-    def _read(self, entry: Entry) -> Pinning | None:
-        if self.cpusets is None or entry.container_id is None:
+    def _repair(self, entry: Entry, target: Target, difference: Difference) -> str | None:
+        """Repairs one difference and reads again; what is still wrong, or None."""
+        controller = self.controllers.get(difference.controller) if self.controllers else None
+        if controller is None:
             return None
-        seen = self.cpusets.read(entry.cgroup_parent, entry.container_id)
-        return Pinning(*seen) if seen is not None else None
+        if difference.by_runtime:
+            wanted = Pinning(target.cpus, target.mems)
+            if self._apply(entry, target.container_id, wanted):
+                again = controller.verify(target)
+                if again is None:
+                    self.registry.set_applied(entry.key, wanted.cpus, wanted.mems, verified=True)
+                    return None
+                difference = again
+            seen = difference.seen[0] if difference.seen else "?"
+            return f"cannot repair: the kernel has cpus={seen}, decided cpus={target.cpus}"
+        self._record([controller.start(target)], target.container_id)
+        again = controller.verify(target)
+        if again is None:
+            return None
+        return f"cannot repair {again.controller}: {again.detail}"
 
     def sweep(self) -> None:
         """Verifies every running container (the periodic check)."""
@@ -594,6 +703,9 @@ class Enforcer:
             return
         # Entry by entry: a damaged one costs itself, and the log says what was lost.
         checked = check_saved(saved, read_container=Entry.from_dict)
+        remembered = saved.get("controllers")
+        if self.controllers is not None and isinstance(remembered, Mapping):
+            self.controllers.restore(remembered)
         if checked.damage:
             store.move_aside("; ".join(checked.damage), checked.lost)
         try:
@@ -713,12 +825,6 @@ class Enforcer:
 
     def views(self) -> list[ContainerView]:
         return self.registry.views()
-
-
-def _same(seen: Pinning, wanted: Pinning) -> bool:
-    return _cpuset(seen.cpus) == _cpuset(wanted.cpus) and (
-        not seen.mems or not wanted.mems or _cpuset(seen.mems) == _cpuset(wanted.mems)
-    )
 
 
 def _cpuset(text: str) -> CPUSet:

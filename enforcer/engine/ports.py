@@ -1,7 +1,8 @@
 """What the engine needs from the world: the runtime and the kernel, as small interfaces.
 
-Each transport implements `Runtime` (the CRI client today, NRI next); `controllers.cpuset`
-implements `CpusetReader`. The engine sees only these and domain values.
+Each transport implements `Runtime` (the CRI client, the NRI plugin); the kernel is reached
+through the controllers (`enforcer.controllers.base`). The engine sees only these and domain
+values.
 """
 
 from __future__ import annotations
@@ -35,11 +36,4 @@ class Runtime(Protocol):
     def recorded(self, container: LiveContainer) -> Recorded | None:
         """What a running container was created with; None when the runtime did not keep it.
         RuntimeAway when it cannot be asked."""
-        ...
-
-
-class CpusetReader(Protocol):
-    def read(self, cgroup_parent: str, container_id: str) -> tuple[str, str] | None:
-        """The cpuset and memory nodes (cpus, mems) the kernel has for the container; None
-        when its cgroup is gone."""
         ...

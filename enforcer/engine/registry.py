@@ -58,6 +58,7 @@ class ContainerView:
     blockio_class: str | None
     phase: str = ""
     problem: str | None = None
+    cpu_class: str | None = None  # the CPU class its exclusive CPUs are in (its annotation's)
 
 
 class Registry:
@@ -350,6 +351,7 @@ def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView
                 exclusive=str(placement.exclusive),
                 rdt_class=req.rdt_class,
                 blockio_class=req.blockio_class,
+                cpu_class=req.cpu_class if policy.cpu_class_ignored(key) is None else None,
                 phase=entry.phase.value if entry else "",
                 problem="; ".join(p for p in (entry.unplaced, entry.problem) if p) or None
                 if entry

@@ -1,7 +1,8 @@
 """Policies: from a ContainerRequest to a Placement. Pure code, shared by the relay and `plan`."""
 
+from enforcer.policy.balloons import BalloonsPolicy
 from enforcer.policy.base import Policy, resolve_cpu_sets
-from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
+from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.policy.none import NonePolicy
 from enforcer.policy.static import StaticPolicy
 from enforcer.policy.topology_aware import TopologyAwarePolicy
@@ -9,7 +10,7 @@ from enforcer.topology import Topology
 from resource_contract.config import PolicyConfig
 
 POLICIES: dict[str, type[Policy]] = {
-    p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy)
+    p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy, BalloonsPolicy)
 }
 
 
@@ -25,6 +26,8 @@ def make_policy(topology: Topology, config: PolicyConfig) -> Policy:
 __all__ = [
     "POLICIES",
     "Admitted",
+    "BalloonView",
+    "BalloonsPolicy",
     "NonePolicy",
     "Placement",
     "PlacementError",

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
-from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
+from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
 from resource_contract.quantities import parse_quantity
@@ -105,6 +105,25 @@ class Policy(ABC):
     def pools(self) -> list[PoolView]:
         """The policy's pool tree, root first (empty for policies without pools)."""
         return []
+
+    def balloon_views(self) -> list[BalloonView]:
+        """The policy's balloons (only the balloons policy has any)."""
+        return []
+
+    def cpu_classes(self) -> dict[int, str]:
+        """CPU -> the CPU class the policy wants it in (CPUs without one are left out)."""
+        return {}
+
+    def cpu_class_ignored(self, key: str) -> str | None:
+        """Why the CPU class an admitted container's annotation asks for is not applied to its
+        CPUs; None when it is, or when it asked for none."""
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: the {self.name} policy does "
+            "not read cpuclass annotations (only topology-aware does, for exclusive CPUs)"
+        )
 
     @property
     def taken(self) -> CPUSet:

@@ -9,9 +9,10 @@ from typing import Any, Literal
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
+from resource_contract.affinity import terms_from_data, terms_to_data
 
 PlacementKind = Literal[
-    "exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged", "held"
+    "exclusive", "mixed", "shared", "reserved", "preserved", "unmanaged", "held", "balloon"
 ]
 
 
@@ -50,6 +51,8 @@ class Admitted:
             "preferences": vars(self.request.preferences),
             "kubelet_cpus": str(self.request.kubelet_cpus),
             "kubelet_mems": str(self.request.kubelet_mems),
+            "affinity": terms_to_data(self.request.affinity),
+            "labels": [list(pair) for pair in self.request.labels],
         }
         return {
             "request": request,
@@ -65,6 +68,8 @@ class Admitted:
         req["preferences"] = Preferences(**req.get("preferences") or {})
         for name in ("kubelet_cpus", "kubelet_mems"):
             req[name] = CPUSet.parse(req.get(name) or "")
+        req["affinity"] = terms_from_data(req.get("affinity"))
+        req["labels"] = tuple((str(k), str(v)) for k, v in req.get("labels") or ())
         return cls(
             request=ContainerRequest(**req),
             kind=data["kind"],
@@ -89,6 +94,20 @@ class PoolView:
     mems: CPUSet  # its memory nodes: its CPUs' nodes plus their memory-only nodes
     memory_capacity: int  # bytes; 0 when the topology does not know
     memory_used: int  # bytes charged to its memory nodes
+
+
+@dataclass(frozen=True)
+class BalloonView:
+    """One balloon for `status`, `plan` and the metrics (a snapshot)."""
+
+    type: str
+    instance: int
+    name: str
+    cpus: CPUSet
+    containers: tuple[str, ...]  # registry keys
+    milli: int  # CPU requested by its containers
+    shared_idle: CPUSet  # idle CPUs its containers also run on
+    cpu_class: str | None
 
 
 class PlacementError(Refusal):

@@ -49,6 +49,7 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
+from resource_contract.affinity import Subject, weight_towards
 from resource_contract.config import PolicyConfig
 
 _EMPTY = CPUSet()
@@ -300,6 +301,24 @@ class TopologyAwarePolicy(Policy):
         )
         return problems
 
+    def cpu_classes(self) -> dict[int, str]:
+        """CPU -> the CPU class its container's annotation asks for: a container's exclusive
+        CPUs only (shared CPUs serve many containers, which asked for nothing or for others)."""
+        out: dict[int, str] = {}
+        for entry in self.admitted.values():
+            if entry.request.cpu_class is not None:
+                out.update(dict.fromkeys(entry.exclusive, entry.request.cpu_class))
+        return out
+
+    def cpu_class_ignored(self, key: str) -> str | None:
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None or entry.exclusive:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: the container has no "
+            f"exclusive CPUs (it runs {entry.kind}); a CPU class applies to exclusive CPUs only"
+        )
+
     def pools(self) -> list[PoolView]:
         views = []
         for p in self._pools:
@@ -448,9 +467,7 @@ class TopologyAwarePolicy(Policy):
         return True
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
-        siblings = [
-            i for key, i in self._pods.get(request.pod_uid, {}).items() if key != request.key
-        ]
+        siblings = self._attraction(request)
         if need.isolated:
             found = self._search_isolated(need, siblings)
             if found is not None:
@@ -468,7 +485,9 @@ class TopologyAwarePolicy(Policy):
                 return self._entry(request, need, shared, _EMPTY)
         raise self._refusal(request, need)
 
-    def _search_isolated(self, need: Need, siblings: list[int]) -> tuple[Pool, CPUSet] | None:
+    def _search_isolated(
+        self, need: Need, siblings: Sequence[tuple[int, int]]
+    ) -> tuple[Pool, CPUSet] | None:
         best: tuple[tuple[int, ...], Pool, CPUSet] | None = None
         for level in self._levels:
             for pool in level:
@@ -489,7 +508,9 @@ class TopologyAwarePolicy(Policy):
             return None
         return best[1], allocate_cpus(self.topology, best[2], 1)
 
-    def _search_exclusive(self, need: Need, siblings: list[int]) -> tuple[Pool, CPUSet] | None:
+    def _search_exclusive(
+        self, need: Need, siblings: Sequence[tuple[int, int]]
+    ) -> tuple[Pool, CPUSet] | None:
         n = need.exclusive
         extra_count = 1 if need.shares else 0
         # No pool can give more whole cores than the whole machine: once a pool gives that
@@ -524,7 +545,7 @@ class TopologyAwarePolicy(Policy):
                 break
         return None if best is None else (best[1], best[2])
 
-    def _search_shared(self, need: Need, siblings: list[int]) -> Pool | None:
+    def _search_shared(self, need: Need, siblings: Sequence[tuple[int, int]]) -> Pool | None:
         best: tuple[tuple[int, ...], Pool] | None = None
         for level in self._levels:
             for pool in level:
@@ -629,9 +650,29 @@ class TopologyAwarePolicy(Policy):
             return True
         return amount <= self._memory_free(pool)
 
-    def _affinity(self, pool: Pool, siblings: Sequence[int]) -> int:
+    def _affinity(self, pool: Pool, siblings: Sequence[tuple[int, int]]) -> int:
+        """How much `pool` suits the container's affinities: each (pool, weight) pulls
+        (positive) or pushes (negative) in proportion to how close the pools are."""
         row = self._closeness[pool.index]
-        return sum(row[s] for s in siblings)
+        return sum(weight * row[s] for s, weight in siblings)
+
+    def _attraction(self, request: ContainerRequest) -> list[tuple[int, int]]:
+        """(pool index, weight) of the containers request has an affinity for: those its
+        affinity annotations name, with their weights; without any, its pod's other
+        containers, weight 1 each (containers of a pod stay close)."""
+        if not request.affinity:
+            pod = self._pods.get(request.pod_uid, {})
+            return [(i, 1) for key, i in pod.items() if key != request.key]
+        me = subject_of(request)
+        out = []
+        for key, entry in self.admitted.items():
+            pool = self._by_name.get(entry.pool)
+            if key == request.key or pool is None:
+                continue
+            weight = weight_towards(request.affinity, me, subject_of(entry.request))
+            if weight:
+                out.append((pool.index, weight))
+        return out
 
     # ----- bookkeeping ---------------------------------------------------------------------
 
@@ -711,6 +752,18 @@ class TopologyAwarePolicy(Policy):
 
     def _pinned(self, cpus: CPUSet) -> CPUSet | None:
         return self._mems_of(cpus) if self.config.pinMemory and cpus else None
+
+
+def subject_of(request: ContainerRequest) -> Subject:
+    """What affinity rules can ask about a container."""
+    return Subject(
+        request.container,
+        request.namespace,
+        request.qos,
+        request.pod_name,
+        request.pod_uid,
+        dict(request.labels),
+    )
 
 
 def split_memory(topology: Topology, amount: int, nodes: Iterable[int]) -> dict[int, int]:

@@ -2,20 +2,17 @@
 
 CRI messages become domain values (`enforcer.cri.convert`), the engine's pinning is written
 back into the message, and its refusals become gRPC status codes. Every other call passes
-through untouched. The core runs on one worker thread: its work
-(policy decisions, state writes, re-pinning through the runtime) is ordered and blocking,
-and the relay's event loop keeps passing other calls meanwhile.
+through untouched. The core runs on the engine's one worker thread
+(enforcer.worker): its work is ordered and blocking, and the relay's event loop keeps passing
+other calls meanwhile.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -27,75 +24,21 @@ from enforcer.cri.convert import (
     hide_class_annotations,
     kubelet_resources,
 )
-from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
 from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
 from enforcer.runtime.client import live_container, resources_record
+from enforcer.worker import EngineWorker
 
 log = logging.getLogger(__name__)
 
 RUNTIME = "/runtime.v1.RuntimeService/"
 OK = grpc.StatusCode.OK.value[0]
-T = TypeVar("T")
-FLUSH_DELAY_SECONDS = 0.2
-MAINTAIN_SECONDS = 5.0
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 
 
-class CRIService:
-    """Binds intercepted CRI methods to the Enforcer."""
-
-    def __init__(self, enforcer: Enforcer) -> None:
-        self.enforcer = enforcer
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="enforcer")
-        self._flush_pending = False
-
-    def close(self) -> None:
-        self._worker.shutdown(wait=True)
-
-    def _flush_soon(self) -> None:
-        """Writes the state shortly after, once for a burst of changes."""
-        if self._flush_pending:
-            return
-        self._flush_pending = True
-        loop = asyncio.get_running_loop()
-
-        def flush() -> None:
-            self._flush_pending = False
-            self.enforcer.flush()
-
-        def submit() -> None:
-            # After close() the worker is gone; the final durable write covers this change.
-            with contextlib.suppress(RuntimeError):
-                self._worker.submit(flush)
-
-        loop.call_later(FLUSH_DELAY_SECONDS, submit)
-
-    async def maintain_forever(self, every: float = MAINTAIN_SECONDS) -> None:
-        """Resolves uncertain creations, retries refused re-pins, writes the state."""
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self.run(self.enforcer.maintain)
-            except Exception:
-                log.exception("periodic maintenance failed; retrying in %.0fs", every)
-
-    def _submit(self, fn: Callable[..., object], *args: Any) -> None:
-        """Runs fn on the worker without waiting for it; its failure is logged."""
-        try:
-            future = self._worker.submit(fn, *args)
-        except RuntimeError:
-            return  # the worker is shut down: the enforcer is stopping
-
-        def logged(done: Future[object]) -> None:
-            if (exc := done.exception()) is not None:
-                log.error("%s failed", getattr(fn, "__name__", fn), exc_info=exc)
-
-        future.add_done_callback(logged)
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+class CRIService(EngineWorker):
+    """Binds intercepted CRI methods to the Enforcer (run on the engine's worker)."""
 
     def intercepts(self) -> dict[str, Interceptor]:
         return {
@@ -137,7 +80,7 @@ class CRIService:
             if response.status == OK and response.message is not None:
                 reply = api_pb2.CreateContainerResponse.FromString(response.message)
                 await self.run(self.enforcer.created, key, reply.container_id)
-                self._flush_soon()
+                self.flush_soon()
             else:
                 uncertain = response.status in UNCERTAIN
                 await self.run(
@@ -243,7 +186,7 @@ class CRIService:
             changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
             if changed or (complete and self.enforcer.unknown(containers)):
                 observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-                self._submit(observe, containers)
+                self.submit(observe, containers)
 
         return listed
 

@@ -12,15 +12,15 @@ it was deciding. A state file that cannot be read is never written over.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
+
+from resource_contract.safe_files import create_exclusive, private_dir, read_file, write_file
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,7 @@ class StateStore:
         """Makes the folder (mode 0700) and checks that it takes writes. A folder that cannot
         be made or written is recorded in `problem`, not raised: the relay serves all the same."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if stat.S_IMODE(self.dir.stat().st_mode) != 0o700:
-                os.chmod(self.dir, 0o700)
+            private_dir(self.dir)  # 0700; a planted link is refused
             self.probe()
         except OSError as exc:
             self.cannot_write(os_error(exc))
@@ -75,7 +73,7 @@ class StateStore:
     def probe(self) -> None:
         """Writes, syncs and removes a small file in the folder; OSError when it cannot."""
         probe = self.dir / PROBE_FILE
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = create_exclusive(probe, 0o600)
         try:
             os.write(fd, b"probe\n")
             os.fsync(fd)
@@ -110,7 +108,7 @@ class StateStore:
         cannot be read is left alone and recorded in `read_problem`. Read-only callers such
         as `status` pass move_aside=False and get a StateError instead, in one line."""
         try:
-            raw = self.path.read_bytes()
+            raw = read_file(self.path)  # a link planted there is not followed
         except FileNotFoundError:
             self._read()
             return None
@@ -176,25 +174,11 @@ class StateStore:
         if self.read_problem is not None:
             raise StateWriteError(None, f"{self.read_problem}; it is not written over")
         payload = json.dumps({**data, "version": FORMAT_VERSION}, separators=(",", ":"))
-        tmp = self.path.with_name(f".{STATE_FILE}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, payload.encode())
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            if durable:
-                dir_fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+            # A temporary file made with O_EXCL|O_NOFOLLOW, mode 0600, renamed over the state
+            # file; a link planted at the state file is refused, never written through.
+            write_file(self.path, payload.encode(), mode=0o600, durable=durable)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)  # a full disk: do not leave half a file behind
             raise self.cannot_write(os_error(exc), exc.errno) from None
         self._written()
 

@@ -175,9 +175,9 @@ def test_no_resctrl_and_bad_devices(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
-        'blockio.Classes.slow.0.Devices.0: "/dev/null" is a character device, not a block device',
         f"--resctrl-root: RDT is not available: no resctrl filesystem is mounted at "
         f"{tmp_path}/none ({tmp_path}/none/info is missing)",
+        'blockio.Classes.slow.0.Devices.0: "/dev/null" is a character device, not a block device',
     ]
 
 
@@ -231,11 +231,12 @@ def test_schema_and_hardware_problems_in_one_run(
         # the schema's ...
         "policy.preferSharedCPUs: Input should be a valid boolean, unable to interpret input",
         "metric: Extra inputs are not permitted",
-        # ... and, on what parsed, the hardware's: the machine, its devices, its RDT.
+        # ... and, on what parsed, the hardware's, controller by controller in the order they
+        # are registered: the machine's CPUs, its RDT, its block devices.
         "policy.reservedCPUs: CPUs 99 are not available on this machine (available: 0-15)",
-        'blockio.Classes.slow.0.Devices.0: "/dev/null" is a character device, not a block device',
         "rdt.partitions.p1.l3Allocation: mask 0xfff is wider than this machine's L3 cache "
         "mask 0x7ff (cbm_mask)",
+        'blockio.Classes.slow.0.Devices.0: "/dev/null" is a character device, not a block device',
     ]
     assert done.stderr == ""
 

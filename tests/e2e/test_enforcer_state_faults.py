@@ -23,6 +23,14 @@ from tests.support.enforcer_process import EnforcerProcess, free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.pods import guaranteed, manifest, sleeper
 
+
+# About the state folder, not the runtime: on the system's containerd only (the relay's other
+# modules run on containerd 1.7 as well, tests/e2e/conftest.py).
+@pytest.fixture(scope="module")
+def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
+    return containerd16
+
+
 pytestmark = pytest.mark.containerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())

@@ -22,6 +22,13 @@ CGROUP = "/sys/fs/cgroup"
 UNLIMITED_MEMORY = 9223372036854771712  # memory.limit_in_bytes of an unlimited v1 cgroup
 
 
+# Not the relay: the emulator against the system's containerd only (tests/e2e/conftest.py runs
+# the relay's modules on 1.7 too).
+@pytest.fixture(scope="session")
+def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
+    return containerd16
+
+
 @pytest.fixture
 def kubelet(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[KubeletEmulator]:
     # close() removes every pod the emulator started, also when the test failed.

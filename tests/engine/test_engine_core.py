@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from enforcer.configuration import parse_config
+from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.group import Controllers
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Phase, Pinning, Recorded, Refused
@@ -124,7 +126,7 @@ def enforcer(
         config=config,
         store=store,
         runtime=runtime,
-        cpusets=runtime,
+        controllers=Controllers([CpusetController(runtime)]),
         clock=clock or Clock(),
     )
     e.reconciled = reconciled

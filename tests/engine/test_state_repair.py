@@ -24,6 +24,7 @@ from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, Refused, StateWriteFailed
 from enforcer.refusal import Reason
 from enforcer.state import StateStore
+from enforcer.state import store as store_module
 from enforcer.topology import Topology
 from tests.support.kubelet import container_config_for, sandbox_config_for
 from tests.support.pods import guaranteed, manifest, sleeper
@@ -320,10 +321,10 @@ def test_status_when_the_state_file_cannot_be_read_is_one_line(
 ) -> None:
     folder, _ = saved
 
-    def denied(self: Path) -> bytes:
-        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+    def denied(path: Path) -> bytes:  # root reads anything: the refusal is played
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(store_module, "read_file", denied)
     assert status(str(folder)) == 1
     assert capsys.readouterr().err == (
         f"cannot use the state: the state file {folder / 'state.json'} cannot be read: "
@@ -337,14 +338,14 @@ def test_the_enforcer_refuses_to_decide_blind_when_the_state_cannot_be_read(
     folder, runtime = saved
     path = folder / "state.json"
     kept = path.read_bytes()
-    real = Path.read_bytes
+    real = store_module.read_file
 
-    def denied(self: Path) -> bytes:
-        if self == path:
-            raise PermissionError(errno.EACCES, "Permission denied", str(self))
-        return real(self)
+    def denied(at: Path) -> bytes:  # root reads anything: the refusal is played
+        if Path(at) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(at))
+        return real(at)
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(store_module, "read_file", denied)
     e = make(folder, runtime)
     e.restore_saved()
     e.reconciled = True  # even so

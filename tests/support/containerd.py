@@ -97,11 +97,19 @@ def render_config(
     socket: Path,
     snapshotter: str,
     sandbox_image: str = images.PAUSE_IMAGE,
+    *,
+    runc_binary: str | None = None,
+    extra: str = "",
 ) -> str:
-    """containerd config.toml (version 2) for a private instance living in ``workdir``."""
+    """containerd config.toml (version 2) for a private instance living in ``workdir``.
+
+    ``runc_binary``: the runc the shim runs (containerd 1.7 from trixie must use bookworm's own
+    runc). ``extra``: more TOML appended at the end (the NRI section of a containerd 1.7).
+    """
     q = _toml_str
     cri = '[plugins."io.containerd.grpc.v1.cri"'
     disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
+    binary_name = f"\n          BinaryName = {q(runc_binary)}" if runc_binary else ""
     return f"""\
 # Written by tests.support.containerd: a private containerd for tests and the demo.
 version = 2
@@ -158,8 +166,8 @@ oom_score = 0
           # cgroupfs driver: container cgroup = <cgroup parent>/<container id>.
           SystemdCgroup = false
           # Own runc state folder, apart from a system containerd's /run/containerd/runc.
-          Root = {q(str(workdir / "runc"))}
-"""
+          Root = {q(str(workdir / "runc"))}{binary_name}
+{extra}"""
 
 
 class PrivateContainerd:
@@ -183,6 +191,8 @@ class PrivateContainerd:
         import_images: bool = True,
         start_timeout: float = 30.0,
         log_level: str = "info",
+        bin_dir: str | os.PathLike[str] | None = None,
+        runc_binary: str | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kre-ctrd-"))
@@ -205,6 +215,25 @@ class PrivateContainerd:
         self._closed = False
         self._cgroups_before: set[str] | None = None
         self._run_dirs_before: set[str] = set()
+        # Where containerd, ctr and the shim are taken from (None: the PATH). A containerd run
+        # from here finds its own shim first on its PATH.
+        self.bin_dir = Path(bin_dir) if bin_dir else None
+        self.runc_binary = runc_binary  # the runc the shim runs (None: runc on the PATH)
+
+    def binary(self, name: str) -> str:
+        """The path of one of containerd's programs (``containerd``, ``ctr``) for this instance."""
+        return str(self.bin_dir / name) if self.bin_dir else name
+
+    def unavailable(self) -> str | None:
+        """None when this instance can run here, else the reason why not."""
+        return containerd_available()
+
+    def render(self) -> str:
+        """This instance's config.toml; subclasses add their sections."""
+        assert self.snapshotter is not None
+        return render_config(
+            self.workdir, Path(self.socket), self.snapshotter, runc_binary=self.runc_binary
+        )
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -237,7 +266,7 @@ class PrivateContainerd:
             raise ContainerdError("this PrivateContainerd was closed; make a new one")
         if self.running():
             return self
-        reason = containerd_available()
+        reason = self.unavailable()
         if reason:
             raise ContainerdError(f"cannot run containerd here: {reason}")
         if self._cgroups_before is None:
@@ -248,9 +277,7 @@ class PrivateContainerd:
                 (self.workdir / d).mkdir(parents=True, exist_ok=True)
             if self.snapshotter is None:
                 self.snapshotter = "overlayfs" if overlayfs_works(self.workdir) else "native"
-            self.config_path.write_text(
-                render_config(self.workdir, Path(self.socket), self.snapshotter)
-            )
+            self.config_path.write_text(self.render())
         elif self.snapshotter is None:
             self.snapshotter = _snapshotter_from_config(self.config_path.read_text())
 
@@ -263,9 +290,12 @@ class PrivateContainerd:
         # start_new_session: containerd leads its own process group, so stop() can kill it and
         # any helper it forked in one go. The shims put themselves in their own groups and
         # survive, as on a real node.
+        env = None
+        if self.bin_dir is not None:
+            env = dict(os.environ, PATH=f"{self.bin_dir}:{os.environ.get('PATH', '')}")
         self._proc = subprocess.Popen(
             [
-                "containerd",
+                self.binary("containerd"),
                 "--config",
                 str(self.config_path),
                 "--log-level",
@@ -275,6 +305,7 @@ class PrivateContainerd:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
         try:
             self._wait_ready()
@@ -402,7 +433,9 @@ class PrivateContainerd:
 
         archives = images.build_default_images(self.workdir / "images")
         for archive in archives.values():
-            images.import_image(self.socket, archive, snapshotter=self.snapshotter)
+            images.import_image(
+                self.socket, archive, snapshotter=self.snapshotter, ctr=self.binary("ctr")
+            )
         # The CRI plugin learns of imported images through events; wait until it sees them so
         # that the first RunPodSandbox does not try to pull the pause image from a registry.
         deadline = time.monotonic() + 15

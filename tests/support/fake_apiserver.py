@@ -8,6 +8,14 @@ the real one speaks them, so the real `kubernetes` client can be driven against 
 - Nodes: get, and patch (JSON merge patch and strategic merge patch; for the maps the enforcer
   patches, annotations and labels, the two are the same).
 - Events: create.
+- Custom resources of the CRDs installed with `install_crd()` (cluster-scoped ones: the
+  NodeResourceTopology): get, list, create, replace (PUT, resourceVersion checked: 409 on a
+  stale one), merge patch and delete, each write decoded and validated against the CRD's own
+  OpenAPI schema as the real server does (tests/support/crd_schema.py): unknown fields are a
+  400 under `fieldValidation=Strict`, else pruned with a `Warning` header; schema violations a
+  422 Invalid naming every field. Without the CRD, its paths are 404, as in a cluster where
+  it was never installed. Deleting a Node deletes the custom objects it owns (ownerReferences),
+  as the garbage collector does.
 
 Test controls: put/delete ConfigMaps, set a Node's labels, `expire()` (compact the history and
 end open watches, so the client's next watch gets 410 Gone), `stop()`/`start()` on the same
@@ -27,6 +35,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +43,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from tests.support.crd_schema import CustomResource, served_versions
 
 TOKEN = "fake-apiserver-token"
 
@@ -86,6 +97,15 @@ class FakeAPIServer:
         self.compacted = 0  # watches from before this resourceVersion get 410
         self.requests: list[tuple[str, str]] = []  # (method, path?query)
         self.fail_patches = 0  # answer the next N node patches with 500
+        # Custom resources: (group, version, plural) -> the served version and its schema;
+        # (group, plural) -> name -> the stored object (one storage for all versions).
+        self.crds: dict[tuple[str, str, str], CustomResource] = {}
+        self.custom: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        # Every custom-object write the server answered: (time.monotonic(), method, name,
+        # code), and what it refused or warned about, for the tests to read.
+        self.custom_writes: list[tuple[float, str, str, int]] = []
+        self.refusals: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
         self._watches: list[_Watch] = []
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -207,6 +227,34 @@ class FakeAPIServer:
             node["metadata"]["resourceVersion"] = self._bump()
             self.nodes[name] = node
 
+    def delete_node(self, name: str) -> None:
+        """Deletes a Node, and (as the garbage collector does) every custom object it owns."""
+        with self._lock:
+            node = self.nodes.pop(name)
+            uid = node["metadata"]["uid"]
+            for objects in self.custom.values():
+                for key, obj in list(objects.items()):
+                    refs = obj["metadata"].get("ownerReferences") or []
+                    if any(r.get("uid") == uid for r in refs):
+                        del objects[key]
+
+    def install_crd(self, crd: dict[str, Any] | str | Path) -> None:
+        """Serves a CustomResourceDefinition (a parsed manifest, or a YAML file holding one)."""
+        if not isinstance(crd, dict):
+            docs = [d for d in yaml.safe_load_all(Path(crd).read_text()) if d]
+            (crd,) = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
+        with self._lock:
+            for served in served_versions(crd):
+                if served.namespaced:
+                    raise NotImplementedError("only cluster-scoped custom resources are served")
+                self.crds[(served.group, served.version, served.plural)] = served
+                self.custom.setdefault((served.group, served.plural), {})
+
+    def custom_object(self, group: str, plural: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self.custom.get((group, plural), {}).get(name)
+            return copy.deepcopy(obj)
+
     def annotation(self, node: str, key: str) -> str | None:
         with self._lock:
             return (self.nodes[node]["metadata"].get("annotations") or {}).get(key)
@@ -282,6 +330,142 @@ class FakeAPIServer:
             self.nodes[name] = node
             return copy.deepcopy(node)
 
+    def write_custom(
+        self,
+        served: CustomResource,
+        method: str,
+        name: str | None,
+        body: Any,
+        field_validation: str,
+    ) -> tuple[int, dict[str, Any], list[str]]:
+        """A create (POST), replace (PUT) or merge patch (PATCH) of a custom object, decided as
+        the API server decides it: (code, body, warnings)."""
+        with self._lock:
+            objects = self.custom[(served.group, served.plural)]
+            old = objects.get(name) if name else None
+            what = f"{served.plural}.{served.group}"
+            if method in ("PUT", "PATCH") and old is None:
+                return 404, _status(404, "NotFound", f'{what} "{name}" not found'), []
+            if not isinstance(body, dict):
+                return 400, _status(400, "BadRequest", "the body must be a JSON object"), []
+            if method == "PATCH":
+                assert old is not None
+                body = merge_patch(old, body)
+            code, refusal = self._decode_check(served, method, name, body, old)
+            if refusal is not None:
+                return code, refusal, []
+            checked = served.schema.check(body)
+            if checked.unknown and field_validation == "Strict":
+                fields = ", ".join(f'unknown field "{f}"' for f in checked.unknown)
+                return 400, _status(400, "BadRequest", f"strict decoding error: {fields}"), []
+            warnings = (
+                [f'unknown field "{f}"' for f in checked.unknown]
+                if field_validation != "Ignore"
+                else []
+            )
+            obj_name = checked.obj.get("metadata", {}).get("name") or name or ""
+            if checked.causes:
+                causes = [
+                    {"reason": c.reason, "message": c.message, "field": c.field}
+                    for c in checked.causes
+                ]
+                listed = ", ".join(c.message for c in checked.causes)
+                status = _status(
+                    422,
+                    "Invalid",
+                    f'{served.kind}.{served.group} "{obj_name}" is invalid: [{listed}]',
+                )
+                status["details"] = {
+                    "name": obj_name,
+                    "group": served.group,
+                    "kind": served.kind,
+                    "causes": causes,
+                }
+                return 422, status, warnings
+            obj = checked.obj
+            meta = obj["metadata"]
+            if old is None:
+                if obj_name in objects:
+                    message = f'{what} "{obj_name}" already exists'
+                    return 409, _status(409, "AlreadyExists", message), warnings
+                meta["uid"] = str(uuid.uuid4())
+                meta["creationTimestamp"] = _now()
+                meta["generation"] = 1
+            else:
+                for key in ("uid", "creationTimestamp"):
+                    meta[key] = old["metadata"][key]
+                changed = {k: v for k, v in obj.items() if k != "metadata"} != {
+                    k: v for k, v in old.items() if k != "metadata"
+                }
+                meta["generation"] = old["metadata"]["generation"] + (1 if changed else 0)
+            meta["resourceVersion"] = self._bump()
+            objects[obj_name] = obj
+            return (201 if old is None else 200), copy.deepcopy(obj), warnings
+
+    def _decode_check(
+        self,
+        served: CustomResource,
+        method: str,
+        name: str | None,
+        body: dict[str, Any],
+        old: dict[str, Any] | None,
+    ) -> tuple[int, dict[str, Any] | None]:
+        """The checks made while decoding, before the schema: apiVersion and kind, the name
+        against the URL, resourceVersion rules."""
+        if body.get("apiVersion") != served.api_version or body.get("kind") != served.kind:
+            message = (
+                f"the API version in the data ({body.get('apiVersion')}) and kind "
+                f"({body.get('kind')}) do not match the expected {served.api_version} "
+                f"{served.kind}"
+            )
+            return 400, _status(400, "BadRequest", message)
+        meta = body.get("metadata")
+        if not isinstance(meta, dict):
+            return 0, None  # the schema check names it
+        if method == "POST" and meta.get("resourceVersion"):
+            message = "resourceVersion should not be set on objects to be created"
+            return 400, _status(400, "BadRequest", message)
+        if method in ("PUT", "PATCH"):
+            assert old is not None
+            if meta.get("name") != name:
+                message = (
+                    f"the name of the object ({meta.get('name')}) does not match the name "
+                    f"on the URL ({name})"
+                )
+                return 400, _status(400, "BadRequest", message)
+            rv = meta.get("resourceVersion")
+            if method == "PUT" and not rv:
+                status = _status(
+                    422,
+                    "Invalid",
+                    f'{served.kind}.{served.group} "{name}" is invalid: metadata.'
+                    "resourceVersion: Invalid value: 0x0: must be specified for an update",
+                )
+                return 422, status
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                message = (
+                    f'Operation cannot be fulfilled on {served.plural}.{served.group} "{name}":'
+                    " the object has been modified; please apply your changes to the latest "
+                    "version and try again"
+                )
+                return 409, _status(409, "Conflict", message)
+        return 0, None
+
+    def delete_custom(self, served: CustomResource, name: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            objects = self.custom[(served.group, served.plural)]
+            if objects.pop(name, None) is None:
+                what = f"{served.plural}.{served.group}"
+                return 404, _status(404, "NotFound", f'{what} "{name}" not found')
+            self._bump()
+            return 200, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "group": served.group, "kind": served.plural},
+            }
+
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             meta = event.setdefault("metadata", {})
@@ -313,9 +497,11 @@ def _handler(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             pass
 
-        def _send(self, code: int, body: dict[str, Any]) -> None:
+        def _send(self, code: int, body: dict[str, Any], warnings: Sequence[str] = ()) -> None:
             payload = json.dumps(body).encode()
             self.send_response(code)
+            for warning in warnings:
+                self.send_header("Warning", warning)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -337,6 +523,9 @@ def _handler(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
                 return
             parts = url.path.strip("/").split("/")
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            if parts[0] == "apis" and len(parts) in (4, 5):
+                self._custom(method, parts[1:], query)
+                return
             if parts[:2] != ["api", "v1"]:
                 self._not_found(url.path)
                 return
@@ -368,6 +557,70 @@ def _handler(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self._route("POST")
+
+        def do_PUT(self) -> None:
+            self._route("PUT")
+
+        def do_DELETE(self) -> None:
+            self._route("DELETE")
+
+        def _custom(self, method: str, parts: list[str], query: dict[str, str]) -> None:
+            group, version, plural = parts[:3]
+            name = parts[3] if len(parts) == 4 else None
+            with api._lock:
+                served = api.crds.get((group, version, plural))
+            if served is None:
+                message = "the server could not find the requested resource"
+                self._send(404, _status(404, "NotFound", message))
+                return
+            if method == "GET":
+                with api._lock:
+                    objects = api.custom[(group, plural)]
+                    if name is None:
+                        items = [copy.deepcopy(o) for _, o in sorted(objects.items())]
+                        body = {
+                            "apiVersion": served.api_version,
+                            "kind": f"{served.kind}List",
+                            "metadata": {"resourceVersion": str(api.rv)},
+                            "items": items,
+                        }
+                        self._send(200, body)
+                        return
+                    obj = copy.deepcopy(objects.get(name))
+                if obj is None:
+                    self._not_found(f'{plural}.{group} "{name}"')
+                else:
+                    obj["apiVersion"] = served.api_version  # served in the asked version
+                    self._send(200, obj)
+                return
+            if method == "DELETE" and name is not None:
+                code, body = api.delete_custom(served, name)
+                self._send(code, body)
+                return
+            if (method == "POST") != (name is None) or method not in ("POST", "PUT", "PATCH"):
+                self._send(405, _status(405, "MethodNotAllowed", f"{method} not allowed"))
+                return
+            if method == "PATCH":
+                ctype = self.headers.get("Content-Type", "")
+                if ctype != "application/merge-patch+json":
+                    # Custom resources take no strategic merge patch.
+                    message = f"the body of the request was in an unknown format - {ctype}"
+                    self._send(415, _status(415, "UnsupportedMediaType", message))
+                    return
+            try:
+                body = self._body()
+            except ValueError as exc:
+                self._send(400, _status(400, "BadRequest", f"invalid JSON: {exc}"))
+                return
+            validation = query.get("fieldValidation") or "Warn"
+            code, answer, warnings = api.write_custom(served, method, name, body, validation)
+            written = (answer.get("metadata") or {}).get("name") or name or ""
+            with api._lock:
+                api.custom_writes.append((time.monotonic(), method, written, code))
+                api.warnings += warnings
+                if code >= 400:
+                    api.refusals.append(answer)
+            self._send(code, answer, [f'299 - "{w}"' for w in warnings])
 
         def _node(self, method: str, name: str) -> None:
             if method == "GET":

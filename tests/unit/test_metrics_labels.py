@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from enforcer.cri import api_pb2
-from enforcer.metrics import CRI_METHODS, EnforcerMetrics
+from enforcer.metrics import (
+    CRI_METHODS,
+    NRI_EVENTS,
+    NRI_PLUGIN_METHODS,
+    NRI_SENT_METHODS,
+    EnforcerMetrics,
+)
+from enforcer.nriapi import api_pb2 as nri_pb2
 from resource_contract.config import ConfigError, parse_config
 
 
@@ -29,6 +36,34 @@ def test_unknown_methods_and_codes_share_bounded_series() -> None:
     assert sample("resource_enforcer_cri_calls_total", {"method": "other", "code": "-1"}) == 500
     assert sample("resource_enforcer_cri_calls_total", {"method": "Version", "code": "0"}) == 1
     assert len(metrics._call_children) == 3
+
+
+def test_the_nri_allowlists_are_nris_own_methods_and_events() -> None:
+    plugin = nri_pb2.DESCRIPTOR.services_by_name["Plugin"]
+    assert set(NRI_PLUGIN_METHODS) == {m.name for m in plugin.methods}
+    runtime = {m.name for m in nri_pb2.DESCRIPTOR.services_by_name["Runtime"].methods}
+    assert set(NRI_SENT_METHODS) <= runtime
+    events = set(nri_pb2.Event.keys()) - {"UNKNOWN", "LAST"}
+    assert set(NRI_EVENTS) == events
+
+
+def test_nri_calls_share_bounded_series() -> None:
+    metrics = EnforcerMetrics()
+    for i in range(500):
+        metrics.observe_nri("StateChange", 0, 0.001, f"EVENT_{i}")
+        metrics.observe_nri(f"Made{i}", 2000 + i, 0.001, "RUN_POD_SANDBOX")
+    metrics.observe_nri("StateChange", 0, 0.002, "START_CONTAINER")
+    metrics.observe_nri("CreateContainer", 8, 0.003, "START_CONTAINER")
+    sample = metrics.registry.get_sample_value
+    calls = "resource_enforcer_nri_calls_total"
+    assert sample(calls, {"method": "StateChange", "event": "other", "code": "0"}) == 500
+    assert sample(calls, {"method": "other", "event": "", "code": "-1"}) == 500
+    assert sample(calls, {"method": "StateChange", "event": "START_CONTAINER", "code": "0"}) == 1
+    # An event belongs to StateChange only.
+    assert sample(calls, {"method": "CreateContainer", "event": "", "code": "8"}) == 1
+    seconds = "resource_enforcer_nri_call_seconds_count"
+    assert sample(seconds, {"method": "CreateContainer", "event": ""}) == 1
+    assert len(metrics._nri_children) == 4
 
 
 def test_metrics_address_in_the_configuration() -> None:

@@ -34,7 +34,11 @@ log = logging.getLogger(__name__)
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 # What the kernel makes in the root group (folders and files); never class groups.
 _KERNEL_DIRS = RESCTRL_RESERVED_NAMES
-_ASSIGN_PASSES = 5
+# Rounds of "list the container's threads, move those outside the group" before giving up: each
+# round catches the threads forked before their creator moved (later ones inherit its group).
+ASSIGN_ROUNDS = 10
+# Sub-folders of a container's cgroup (a container may make its own cgroups) read at most.
+MAX_CGROUP_DIRS = 1024
 
 
 class ResctrlFs(Protocol):
@@ -60,7 +64,7 @@ class KernelResctrlFs:
         # The kernel parses each write on its own and ignores O_APPEND/O_TRUNC/O_CREAT on these
         # files; the flags make a plain folder standing in for resctrl (a test's or a demo's,
         # in another process) read back what was written: tasks accumulate, schemata replace.
-        flags = os.O_WRONLY | os.O_CREAT
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         flags |= os.O_APPEND if path.name == "tasks" else os.O_TRUNC
         fd = os.open(path, flags, 0o644)
         try:
@@ -261,23 +265,53 @@ class RdtController:
     def assign_cgroup(
         self, name: str, cgroup_dir: str | os.PathLike[str], *, explicit: bool = True
     ) -> bool:
-        """`assign` for every thread of a container, read from its cgroup folder (`tasks` in
-        v1, `cgroup.threads` in v2). Threads started meanwhile inherit their creator's group,
-        and a few passes catch those created before their creator moved."""
+        """`assign` for every thread of a container: every task listed in its cgroup folder and
+        the folders under it (`cgroup.threads` in v2, `tasks` in v1), not only its first
+        process.
+
+        A thread forked before its creator moved stays in the creator's old group, so this
+        goes round: list the container's threads, read the group's own `tasks`, move every
+        thread not in it, until a round finds none outside (threads forked after their creator
+        moved inherit the group). After ASSIGN_ROUNDS rounds with threads still outside, the
+        container forks faster than they can be moved: ApplyError naming how many are left
+        (the caller logs and counts it as a failed application).
+        """
         group = self._target(name, explicit)
         if group is None:
             return False
-        done: set[int] = set()
-        for _ in range(_ASSIGN_PASSES):
+        outside: set[int] = set()
+        for _ in range(ASSIGN_ROUNDS):
             try:
-                new = [t for t in task_ids(cgroup_dir) if t not in done]
+                threads = container_threads(cgroup_dir)
             except FileNotFoundError:
-                break  # the container has exited
-            if not new:
-                break
-            self._write_tasks(group, new)
-            done.update(new)
-        return True
+                return True  # the container has exited
+            outside = threads - self.members(group)
+            if not outside:
+                return True
+            self._write_tasks(group, sorted(outside))
+        try:
+            outside = container_threads(cgroup_dir) - self.members(group)
+        except FileNotFoundError:
+            return True
+        if not outside:
+            return True
+        listed = ", ".join(str(t) for t in sorted(outside)[:10])
+        more = f" and {len(outside) - 10} more" if len(outside) > 10 else ""
+        raise ApplyError(
+            f'rdt class "{name}": {len(outside)} thread(s) of the container in {cgroup_dir} '
+            f"still outside {group} after {ASSIGN_ROUNDS} rounds of moves (threads {listed}"
+            f"{more}); it forks faster than its threads can be moved"
+        )
+
+    def members(self, group: Path) -> set[int]:
+        """Thread ids the group's `tasks` file lists now (the kernel's word on who is in it)."""
+        try:
+            text = (group / "tasks").read_text()
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise ApplyError(self._refused(f"reading {group}/tasks", exc)) from None
+        return {int(line) for line in text.split() if line.isdigit()}
 
     def _write_tasks(self, group: Path, tids: Iterable[int]) -> None:
         tasks = group / "tasks"
@@ -290,6 +324,26 @@ class RdtController:
                 continue  # ESRCH: the task has exited, nothing to move
             except OSError as exc:
                 raise ApplyError(self._refused(f"moving task {tid} to {tasks}", exc)) from None
+
+
+def container_threads(cgroup_dir: str | os.PathLike[str]) -> set[int]:
+    """Thread ids in a container's cgroup folder and every folder under it (at most
+    MAX_CGROUP_DIRS folders). FileNotFoundError when the folder itself is gone."""
+    found = set(task_ids(cgroup_dir))
+    pending = [os.fspath(cgroup_dir)]
+    seen = 1
+    while pending and seen < MAX_CGROUP_DIRS:
+        folder = pending.pop()
+        try:
+            entries = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue  # removed meanwhile
+        for entry in entries[: MAX_CGROUP_DIRS - seen]:
+            seen += 1
+            pending.append(entry.path)
+            with contextlib.suppress(OSError):  # FileNotFoundError: removed meanwhile
+                found.update(task_ids(entry.path))
+    return found
 
 
 def _read(path: Path) -> str:

@@ -1,0 +1,141 @@
+"""`resource-enforcer nri`: the engine as an NRI plugin of the runtime, until stopped.
+
+The same start-up as `run` (machine, state folder and lock, configuration from the file or the
+cluster, metrics, status), then the plugin registers on the runtime's NRI socket and serves
+its events; when the runtime goes (restart, closed connection), it registers again with
+backoff, and the runtime's Synchronize brings the engine back in line. Runs until SIGTERM or
+SIGINT: the connection is closed (the runtime goes on without the plugin: NRI is fail-open),
+the state written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from functools import partial
+
+from enforcer.app.health import HealthFile
+from enforcer.app.metrics_endpoint import MetricsEndpoint
+from enforcer.app.run import (
+    log_stopped,
+    metrics_address,
+    prepare,
+    reconcile_once,
+    restore_or_take_over,
+    save_at_stop,
+    start_configuration,
+)
+from enforcer.app.usage_watch import UsageWatch, topology_writer
+from enforcer.controllers.cpuset import CpusetController
+from enforcer.nri.plugin import NriPlugin
+from enforcer.nri.runtime import NriRuntime, PendingCpusets
+from enforcer.nri.session import Session
+from enforcer.options import RunOptions
+from resource_contract.quantities import parse_quantity
+
+log = logging.getLogger("enforcer")
+
+REAL_RESCTRL = "/sys/fs/resctrl"
+
+
+def runtime_applies_rdt(resctrl_root: str) -> bool:
+    """The runtime (runc) writes an RDT class given in the adjustment into the resctrl file
+    system at /sys/fs/resctrl; where the enforcer is given another root, it applies the class
+    itself, as the relay does."""
+    return os.path.realpath(resctrl_root) == REAL_RESCTRL and os.path.isdir(
+        os.path.join(REAL_RESCTRL, "info")
+    )
+
+
+async def serve_nri(options: RunOptions) -> int:
+    stop = asyncio.Event()
+    reload = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
+    runtime = NriRuntime()
+    node = prepare(options, runtime)
+    if node is None:
+        return 1
+    enforcer, store, lock, metrics = node.enforcer, node.store, node.lock, node.metrics
+    cpuset = enforcer.controllers.get("cpuset") if enforcer.controllers is not None else None
+    if isinstance(cpuset, CpusetController) and cpuset.reader is not None:
+        # An update the runtime has not applied yet is not read back as a difference.
+        cpuset.reader = PendingCpusets(cpuset.reader, runtime)
+    plugin = NriPlugin(
+        enforcer,
+        runtime,
+        reconcile=partial(reconcile_once, enforcer, store),
+        rdt_by_runtime=runtime_applies_rdt(options.resctrl_root),
+        observe=metrics.observe_nri,
+    )
+    tasks = restore_or_take_over(node, plugin)
+    # The quantity parser's import (~0.4 s) is paid now, not by the first CreateContainer.
+    tasks.append(asyncio.ensure_future(plugin.run(parse_quantity, "1")))
+    socket_path = options.nri_socket.removeprefix("unix://")
+    session = Session(
+        socket_path,
+        options.plugin_name,
+        options.plugin_index,
+        plugin.handlers(),
+        on_connect=plugin.connected,
+        on_disconnect=plugin.disconnected,
+    )
+    log.info(
+        "NRI plugin %s-%s on %s; policy %s (configuration: %s)",
+        options.plugin_index,
+        options.plugin_name,
+        socket_path,
+        enforcer.config.policy.name,
+        node.start.source,
+    )
+    metrics_server = MetricsEndpoint(
+        metrics_address(node),
+        metrics,
+        plugin,
+        not_serving="the NRI plugin is not registered and synchronized with the runtime",
+    )
+    metrics_server.start()
+
+    async def health_of_reconcile() -> None:
+        while True:
+            metrics_server.reconcile_failed = plugin.reconcile_failed
+            await asyncio.sleep(0.5)
+
+    tasks.append(asyncio.create_task(health_of_reconcile()))
+    health = HealthFile(options.health_file)
+    heartbeat = asyncio.create_task(
+        health.keep(
+            lambda: (
+                lock.fd is not None
+                and plugin.listening
+                and not stop.is_set()
+                and store.problem is None
+            )
+        )
+    )
+    tasks.append(asyncio.create_task(plugin.maintain_forever()))
+    # The gauges by pool and NUMA node, and the NodeResourceTopology, as in relay mode.
+    watch = UsageWatch(enforcer, plugin.run, metrics, topology_writer(options))
+    tasks.append(asyncio.create_task(watch.run()))
+    manager, source = start_configuration(node, plugin, reload, tasks)
+    await session.run(stop)
+    log.info("stopping: the runtime goes on without the plugin until it is back")
+    manager.closed = True
+    for task in tasks:
+        task.cancel()
+    lock.abandon()
+    if source is not None:
+        await asyncio.to_thread(source.stop)
+    # Frequencies and C-states back as they were (CPU classes).
+    await save_at_stop(plugin, enforcer, timeout=options.grace_period or None, restore_node=True)
+    lock.release()
+    metrics_server.close()
+    plugin.close()
+    heartbeat.cancel()
+    health.remove()
+    log_stopped(store)
+    return 0

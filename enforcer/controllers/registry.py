@@ -1,0 +1,32 @@
+"""Every controller the enforcer has, registered in one place, in the order the engine calls
+them: cpuset, RDT, block I/O, CPU classes."""
+
+from __future__ import annotations
+
+from enforcer.controllers.base import Roots
+from enforcer.controllers.blockio_classes import BlockIOClasses
+from enforcer.controllers.cpu_classes import CpuClasses
+from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.group import Controllers
+from enforcer.controllers.rdt.lifecycle import RdtClasses
+from enforcer.topology import Topology
+from resource_contract.config import ConfigCheck
+
+CONTROLLER_TYPES = (CpusetController, RdtClasses, BlockIOClasses, CpuClasses)
+
+# Each controller's syntax check of its own section, in the order their problems are reported
+# (run by `enforcer.configuration.parse_config`).
+CONFIG_CHECKS: tuple[ConfigCheck, ...] = tuple(t.syntax for t in CONTROLLER_TYPES)
+
+
+def node_controllers(roots: Roots, topology: Topology | None = None) -> Controllers:
+    """The controllers of a node whose kernel interfaces are at `roots`. `topology`: the
+    machine already read (else the cpuset controller reads `roots.sysfs` when it checks)."""
+    return Controllers(
+        [
+            CpusetController.for_node(roots, topology),
+            RdtClasses.for_node(roots),
+            BlockIOClasses.for_node(roots),
+            CpuClasses.for_node(roots, topology),
+        ]
+    )

@@ -1,0 +1,482 @@
+"""The NRI adapter: the runtime's NRI events mapped to the engine's domain calls.
+
+Configure subscribes to the events the engine needs; Synchronize adopts every container the
+runtime has (the engine's reconciliation over the runtime's own picture) and answers with the
+updates that bring them in line; CreateContainer admits through the same decoder and policy as
+the relay and answers an adjustment (cpuset, memory nodes, and the RDT class where the runtime
+applies it), or the relay's refusal as a ttrpc error status; UpdateContainer re-places an
+in-place resize; StopContainer, RemoveContainer and the pod events release. Block I/O (and RDT
+where the runtime does not apply it) is applied by the engine's controllers when the container
+starts, as the relay does.
+
+The runtime waits for every answer (containerd: 2 s, then it drops the plugin): the engine
+runs on its worker thread, and an answer that is not ready within ``ANSWER_SECONDS`` is given
+without it (a CreateContainer is then refused UNAVAILABLE, for kubelet to retry), with a log
+line; the work finishes on the worker and its re-pins follow as UpdateContainers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from enforcer.decode import ContainerCreate, KubeletResources
+from enforcer.engine import Enforcer
+from enforcer.engine.model import Pinning
+from enforcer.nri.connection import (
+    OK,
+    UNAVAILABLE,
+    UNKNOWN,
+    ConnectionClosed,
+    Handler,
+    NriConnection,
+    TtrpcError,
+)
+from enforcer.nri.convert import (
+    adjustment,
+    container_create,
+    kubelet_resources,
+    resources_record,
+    status_code,
+)
+from enforcer.nri.runtime import NriRuntime
+from enforcer.nri.session import RUNTIME_SERVICE, plugin_method
+from enforcer.nriapi import api_pb2
+from enforcer.refusal import Refusal
+from enforcer.worker import EngineWorker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ANSWER_SECONDS = 1.5  # within containerd's 2 s per request
+UPDATE_TIMEOUT = 2.0
+# After a response carrying updates, the runtime applies them: their cgroups are read after.
+SETTLE_SECONDS = 0.5
+RECONCILE_RETRY_SECONDS = 5.0
+E = api_pb2.Event
+SUBSCRIBED = (
+    E.RUN_POD_SANDBOX,
+    E.STOP_POD_SANDBOX,
+    E.REMOVE_POD_SANDBOX,
+    E.CREATE_CONTAINER,
+    E.START_CONTAINER,
+    E.UPDATE_CONTAINER,
+    E.STOP_CONTAINER,
+    E.REMOVE_CONTAINER,
+)
+EVENT_MASK = sum(1 << (event - 1) for event in SUBSCRIBED)
+# (method, ttrpc status code, seconds, StateChange event name): the metrics' observer.
+Observer = Callable[[str, int, float, str], None]
+
+
+def _no_observer(method: str, code: int, seconds: float, event: str) -> None:
+    pass
+
+
+def _event_name(payload: bytes) -> str:
+    """A StateChange's event, by its name in NRI's enum (a number this API lacks: its number)."""
+    try:
+        number = api_pb2.StateChangeEvent.FromString(payload).event
+    except Exception:
+        return ""
+    try:
+        return E.Name(number)
+    except ValueError:
+        return str(number)
+
+
+class Late(Exception):
+    """The engine did not answer in time."""
+
+
+class NriPlugin(EngineWorker):
+    """The plugin service's handlers over the Enforcer, and the sender of its re-pins."""
+
+    def __init__(
+        self,
+        enforcer: Enforcer,
+        runtime: NriRuntime,
+        *,
+        reconcile: Callable[[], bool],
+        rdt_by_runtime: bool = False,
+        answer_seconds: float = ANSWER_SECONDS,
+        observe: Observer = _no_observer,
+    ) -> None:
+        super().__init__(enforcer)
+        self.observe = observe
+        self.runtime = runtime
+        self.reconcile = reconcile  # on the worker: True once reconciled
+        self.rdt_by_runtime = rdt_by_runtime
+        self.answer_seconds = answer_seconds
+        self.connection: NriConnection | None = None
+        self.synchronized = asyncio.Event()
+        self.reconcile_failed: str | None = "no Synchronize from the runtime yet"
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._work = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
+
+    def handlers(self) -> dict[str, Handler]:
+        observed = self._observed
+        return {
+            plugin_method("Configure"): observed("Configure", self.configure),
+            plugin_method("Synchronize"): observed("Synchronize", self._handler(self.synchronize)),
+            plugin_method("Shutdown"): observed("Shutdown", self.shutdown),
+            plugin_method("CreateContainer"): observed(
+                "CreateContainer", self._handler(self.create_container)
+            ),
+            plugin_method("UpdateContainer"): observed(
+                "UpdateContainer", self._handler(self.update_container)
+            ),
+            plugin_method("StopContainer"): observed(
+                "StopContainer", self._handler(self.stop_container)
+            ),
+            plugin_method("StateChange"): observed(
+                "StateChange", self._handler(self.state_change), _event_name
+            ),
+        }
+
+    def _observed(
+        self,
+        method: str,
+        fn: Handler,
+        event: Callable[[bytes], str] | None = None,
+    ) -> Handler:
+        """Counts each request in the metrics, with its status code and answer time."""
+
+        async def handle(payload: bytes) -> bytes:
+            start = time.perf_counter()
+            code = UNKNOWN
+            try:
+                reply = await fn(payload)
+                code = OK
+                return reply
+            except TtrpcError as exc:
+                code = exc.code
+                raise
+            finally:
+                name = event(payload) if event is not None else ""
+                self.observe(method, code, time.perf_counter() - start, name)
+
+        return handle
+
+    # -- the connection's life -------------------------------------------------------------
+
+    async def connected(self, connection: NriConnection) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.connection = connection
+        loop = self._loop
+
+        def wake() -> None:  # from the worker thread
+            loop.call_soon_threadsafe(self._work.set)
+
+        self.runtime.wake = wake
+        self._sender = asyncio.create_task(self._send_updates(connection))
+
+    async def disconnected(self, reason: str) -> None:
+        self.connection = None
+        self.synchronized.clear()
+        self.reconcile_failed = f"not connected to the runtime: {reason}"
+        self.runtime.disconnected()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            self._reconciling = None
+        self._work.set()  # the sender sees its connection closed and ends
+
+    @property
+    def listening(self) -> bool:
+        return self.connection is not None and self.synchronized.is_set()
+
+    def _handler(self, fn: Callable[[bytes], Awaitable[bytes]]) -> Handler:
+        """Counts the runtime's requests in flight: unsolicited updates wait for none."""
+
+        async def handle(payload: bytes) -> bytes:
+            self._busy += 1
+            self._idle.clear()
+            try:
+                return await fn(payload)
+            finally:
+                self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
+
+        return handle
+
+    async def _in_time(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs fn on the worker; Late when it is not done in time (it still finishes)."""
+        future = asyncio.ensure_future(self.run(fn, *args))
+        done, _ = await asyncio.wait({future}, timeout=self.answer_seconds)
+        if not done:
+            future.add_done_callback(_log_late_failure)
+            raise Late(getattr(fn, "__name__", str(fn)))
+        return future.result()
+
+    def _settle(self, updates: list[api_pb2.ContainerUpdate]) -> None:
+        """After a response with updates: once the runtime had time to apply them, their
+        cgroups are read again and checked."""
+        if not updates:
+            return
+        ids = [u.container_id for u in updates]
+
+        def check() -> None:
+            self.runtime.confirmed(ids)
+            self.submit(self.enforcer.sweep)
+
+        asyncio.get_running_loop().call_later(SETTLE_SECONDS, check)
+
+    async def _send_updates(self, connection: NriConnection) -> None:
+        """UpdateContainers for re-pins that no response took, sent after the runtime's
+        requests in flight are answered."""
+        while not connection.closed.is_set():
+            await self._work.wait()
+            self._work.clear()
+            await self._idle.wait()
+            updates = self.runtime.take_updates()
+            if not updates or connection.closed.is_set():
+                continue
+            request = api_pb2.UpdateContainersRequest(update=updates)
+            start = time.perf_counter()
+            try:
+                reply = api_pb2.UpdateContainersResponse.FromString(
+                    await connection.call(
+                        RUNTIME_SERVICE,
+                        "UpdateContainers",
+                        request.SerializeToString(),
+                        timeout=UPDATE_TIMEOUT,
+                    )
+                )
+            except ConnectionClosed:
+                self.observe("UpdateContainers", UNAVAILABLE, time.perf_counter() - start, "")
+                return
+            except TtrpcError as exc:
+                self.observe("UpdateContainers", exc.code, time.perf_counter() - start, "")
+                log.error("UpdateContainers of %d containers failed: %s", len(updates), exc)
+                reply = api_pb2.UpdateContainersResponse(failed=updates)
+            else:
+                self.observe("UpdateContainers", OK, time.perf_counter() - start, "")
+            for failed in reply.failed:
+                log.error(
+                    "the runtime did not re-pin container %s to cpus=%s (the periodic check "
+                    "retries)",
+                    failed.container_id,
+                    failed.linux.resources.cpu.cpus,
+                )
+            self.runtime.confirmed(u.container_id for u in updates)
+            self.submit(self.enforcer.sweep)
+
+    # -- the plugin service ------------------------------------------------------------------
+
+    async def configure(self, payload: bytes) -> bytes:
+        request = api_pb2.ConfigureRequest.FromString(payload)
+        log.info(
+            "configured by %s %s; subscribing to events 0x%x",
+            request.runtime_name,
+            request.runtime_version,
+            EVENT_MASK,
+        )
+        return api_pb2.ConfigureResponse(events=EVENT_MASK).SerializeToString()
+
+    async def shutdown(self, payload: bytes) -> bytes:
+        log.info("the runtime is shutting down")
+        return api_pb2.Empty().SerializeToString()
+
+    async def synchronize(self, payload: bytes) -> bytes:
+        request = api_pb2.SynchronizeRequest.FromString(payload)
+        self.runtime.synchronized(request.pods, request.containers)
+        log.info(
+            "synchronizing with %d pods and %d containers",
+            len(request.pods),
+            len(request.containers),
+        )
+        attempt = asyncio.ensure_future(self.run(self._reconcile))
+        finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)
+        if not finished:
+            log.warning(
+                "reconciliation took over %gs: answering Synchronize without updates; they "
+                "follow as UpdateContainers",
+                self.answer_seconds,
+            )
+        if finished and attempt.result():
+            self.reconcile_failed = None
+        else:
+            # Late or failed: finished (and retried until it succeeds) in the background;
+            # /healthz says not ready meanwhile.
+            self._until_reconciled(attempt)
+        self.synchronized.set()
+        updates = self.runtime.take_updates()
+        self._settle(updates)
+        return api_pb2.SynchronizeResponse(update=updates).SerializeToString()
+
+    def _until_reconciled(self, attempt: asyncio.Future[bool]) -> None:
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        self._reconciling = asyncio.create_task(self._retry_reconcile(attempt, self.connection))
+
+    async def _retry_reconcile(
+        self, attempt: asyncio.Future[bool], connection: NriConnection | None
+    ) -> None:
+        """Waits for a late reconciliation, and retries a failed one every
+        RECONCILE_RETRY_SECONDS while the connection that asked for it lasts."""
+        while True:
+            try:
+                done = await attempt
+            except Exception as exc:  # the worker is gone: the plugin is stopping
+                log.warning("reconciliation not finished: %s", exc)
+                return
+            if done:
+                if self.connection is connection:
+                    self.reconcile_failed = None
+                    log.info("reconciled with the runtime's containers")
+                self._work.set()  # its re-pins go out as UpdateContainers
+                return
+            await asyncio.sleep(RECONCILE_RETRY_SECONDS)
+            if self.connection is not connection:
+                return  # a new connection brings its own Synchronize
+            attempt = asyncio.ensure_future(self.run(self._reconcile))
+
+    def _reconcile(self) -> bool:
+        try:
+            if self.reconcile():
+                return True
+            self.reconcile_failed = "the saved state cannot be read (the log says why)"
+            return False
+        except Exception as exc:
+            self.reconcile_failed = str(exc)
+            log.exception("reconciling with the runtime's containers failed")
+            return False
+
+    async def create_container(self, payload: bytes) -> bytes:
+        request = api_pb2.CreateContainerRequest.FromString(payload)
+        pod, container = request.pod, request.container
+        self.runtime.container_seen(pod, container, api_pb2.CONTAINER_CREATED)
+        create = partial(
+            self._admit,
+            container_create(pod, container),
+            pod.id,
+            container.id,
+            resources_record(container.linux.resources),
+        )
+        try:
+            pinning, rdt = await self._in_time(create)
+        except Refusal as exc:
+            log.warning("refused CreateContainer: %s", exc)
+            self.runtime.container_removed(container.id)
+            raise TtrpcError(status_code(exc.reason), str(exc)) from None
+        except Late:
+            log.error(
+                "CreateContainer of %s/%s container %s: the enforcer did not decide within "
+                "%gs; refused for kubelet to retry",
+                pod.namespace,
+                pod.name,
+                container.name,
+                self.answer_seconds,
+            )
+            self.submit(self.enforcer.container_gone, container.id, "answered too late")
+            self.runtime.container_removed(container.id)
+            raise TtrpcError(
+                UNAVAILABLE, "the resource enforcer is busy and did not decide in time; retry"
+            ) from None
+        self.runtime.pinned(container.id, pinning)
+        updates = self.runtime.take_updates()
+        self._settle(updates)
+        self.flush_soon()
+        return api_pb2.CreateContainerResponse(
+            adjust=adjustment(pinning, rdt if self.rdt_by_runtime else None), update=updates
+        ).SerializeToString()
+
+    def _admit(
+        self,
+        create: ContainerCreate,
+        sandbox_id: str,
+        container_id: str,
+        record: dict[str, Any],
+    ) -> tuple[Pinning, str | None]:
+        key, pinning = self.enforcer.create(create, sandbox_id=sandbox_id, resources=record)
+        # NRI gives the container's id with its creation: bound at once; the re-pins of the
+        # containers it narrows go in this response.
+        self.enforcer.created(key, container_id)
+        return pinning, self.enforcer.registry.request(key).rdt_class
+
+    async def update_container(self, payload: bytes) -> bytes:
+        request = api_pb2.UpdateContainerRequest.FromString(payload)
+        container = request.container
+        kubelet: KubeletResources = kubelet_resources(request.linux_resources)
+        update = partial(
+            self.enforcer.update,
+            container.id,
+            kubelet,
+            resources_record(request.linux_resources),
+        )
+        try:
+            pinning = await self._in_time(update)
+        except Refusal as exc:
+            log.warning("refused UpdateContainer of %s: %s", container.id, exc)
+            raise TtrpcError(status_code(exc.reason), str(exc)) from None
+        except Late:
+            log.warning("UpdateContainer of %s answered before the enforcer decided", container.id)
+            pinning = None
+        updates = self.runtime.take_updates()
+        if pinning is not None:
+            # The update kubelet asked for carries the container's pinning (its own cpuset
+            # would undo it).
+            own = [u for u in updates if u.container_id == container.id]
+            if not own:
+                own = [api_pb2.ContainerUpdate(container_id=container.id)]
+                updates.append(own[0])
+            cpu = own[0].linux.resources.cpu
+            cpu.cpus, cpu.mems = pinning.cpus, pinning.mems
+            self.runtime.pinned(container.id, pinning)
+        self._settle(updates)
+        self.flush_soon()
+        return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
+
+    async def stop_container(self, payload: bytes) -> bytes:
+        request = api_pb2.StopContainerRequest.FromString(payload)
+        self.runtime.container_seen(request.pod, request.container, api_pb2.CONTAINER_STOPPED)
+        try:
+            await self._in_time(self.enforcer.container_gone, request.container.id, "stopped")
+        except Late:
+            log.warning("StopContainer of %s answered before its release", request.container.id)
+        updates = self.runtime.take_updates()
+        self._settle(updates)
+        self.flush_soon()
+        return api_pb2.StopContainerResponse(update=updates).SerializeToString()
+
+    async def state_change(self, payload: bytes) -> bytes:
+        event = api_pb2.StateChangeEvent.FromString(payload)
+        pod, container = event.pod, event.container
+        work: Callable[[], object] | None = None
+        if event.event == E.RUN_POD_SANDBOX:
+            self.runtime.pod_seen(pod)
+        elif event.event == E.START_CONTAINER:
+            self.runtime.container_seen(pod, container, api_pb2.CONTAINER_RUNNING)
+            work = partial(self.enforcer.started, container.id)
+        elif event.event == E.REMOVE_CONTAINER:
+            self.runtime.container_removed(container.id)
+            work = partial(self.enforcer.container_gone, container.id, "removed")
+        elif event.event in (E.STOP_POD_SANDBOX, E.REMOVE_POD_SANDBOX):
+            why = "pod stopped" if event.event == E.STOP_POD_SANDBOX else "pod removed"
+            if event.event == E.REMOVE_POD_SANDBOX:
+                self.runtime.pod_removed(pod.id)
+            work = partial(self.enforcer.sandbox_gone, pod.id, why)
+        # Other events (and those of newer runtimes) change nothing here.
+        if work is not None:
+            try:
+                await self._in_time(work)
+            except Late:
+                log.warning("StateChange %s answered before the enforcer was done", event.event)
+            self.flush_soon()
+            self._work.set()  # re-pins it caused go out as UpdateContainers after this reply
+        return api_pb2.Empty().SerializeToString()
+
+
+def _log_late_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        log.error("late engine call failed: %s", exc)

@@ -1,0 +1,590 @@
+"""Policy `balloons`: containers run in balloons, disjoint sets of CPUs that the operator's
+balloon types describe, and that inflate and deflate with their containers' CPU requests.
+
+- A container's type: its balloon annotation; else `reserved` when it asks for reserved CPUs
+  (`prefer-reserved-cpus`, which overrides the namespace either way) or its namespace is a
+  reserved one; else the first type whose `namespaces` match; else `default`.
+- `reserved` is one balloon of fixed size: the reserved CPUs. Every other balloon holds
+  max(minCPUs, ceil(sum of its containers' CPU requests / 1000), 1 while it has containers)
+  CPUs, never more than maxCPUs (0: no bound). `minBalloons` of each type exist from the
+  start (types of higher `allocatorPriority` get their CPUs first); at most `maxBalloons`.
+- A container joins, in this order of preference: the balloon its pod's other containers are
+  in (or, with preferSpreadingPods, one without them), one of its namespace (with
+  preferPerNamespaceBalloon), an existing balloon (a new one with preferNewBalloons), one
+  with room already, one that can inflate, the tightest fit. Where none can take it, a new
+  balloon is made; where that cannot be either, it is refused naming the type and its limits.
+- CPUs come from the shared allocator: a new balloon from the smallest topology unit with
+  room, on whole cores; an inflating one from the free CPUs nearest to those it has (same
+  core, L3 group, NUMA node, die, socket); a deflating one gives back those whose loss
+  leaves it most compact. A balloon left empty goes when more than minBalloons remain.
+- Idle CPUs (in no balloon) are shared with the containers of types with shareIdleCPUsInSame,
+  within the same system, package, die, NUMA node or core as their balloon.
+
+Pure: no I/O. Deterministic: the same topology, configuration and calls give the same answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from enforcer.cpuallocator import allocate_cpus, release_cpus
+from enforcer.decode import ContainerRequest
+from enforcer.policy.base import Policy
+from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
+from enforcer.policy.topology_aware import subject_of
+from enforcer.refusal import Reason
+from enforcer.topology import CPUSet, Topology
+from resource_contract.affinity import weight_towards
+from resource_contract.config import (
+    DEFAULT_BALLOON,
+    RESERVED_BALLOON,
+    BalloonType,
+    ConfigError,
+    PolicyConfig,
+)
+
+_EMPTY = CPUSet()
+_PRIORITY = {"high": 0, "normal": 1, "low": 2, "none": 3}
+# shareIdleCPUsInSame -> the topology level whose units bound the shared idle CPUs. The
+# topology reads no L2 groups; an L2 cache is a core's own on the machines we know.
+_SHARE_LEVEL = {
+    "package": "socket",
+    "die": "die",
+    "numa": "node",
+    "l2cache": "core",
+    "core": "core",
+}
+# Inflating: the free CPUs nearest to the balloon's, tightest unit first.
+_NEAR_LEVELS = ("core", "l3", "node", "die", "socket")
+_BALLOON_NAME = re.compile(r"(.+)\[(\d{1,6})\]")
+BUILTIN_DEFAULT = BalloonType(
+    name=DEFAULT_BALLOON, minBalloons=1, maxBalloons=1, shareIdleCPUsInSame="system"
+)
+
+
+@dataclass
+class Balloon:
+    """One balloon: its CPUs and its containers (key -> milli-CPU requested)."""
+
+    type: str
+    instance: int
+    cpus: CPUSet
+    members: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}[{self.instance}]"
+
+    @property
+    def milli(self) -> int:
+        return sum(self.members.values())
+
+
+class BalloonsPolicy(Policy):
+    name = "balloons"
+    reserved_shared = False
+
+    def __init__(self, topology: Topology, config: PolicyConfig) -> None:
+        super().__init__(topology, config)
+        if not self.reserved:
+            raise ConfigError(
+                ["policy.reservedCPUs: the balloons policy needs at least one reserved CPU"]
+            )
+        listed = {t.name: t for t in config.balloonTypes}
+        reserved = listed.get(RESERVED_BALLOON, BalloonType(name=RESERVED_BALLOON))
+        ordered = [t for t in config.balloonTypes if t.name not in (RESERVED_BALLOON,)]
+        if DEFAULT_BALLOON not in listed:
+            ordered.append(BUILTIN_DEFAULT)
+        elif ordered[-1].name != DEFAULT_BALLOON:  # default is the last resort wherever listed
+            ordered = [t for t in ordered if t.name != DEFAULT_BALLOON] + [listed[DEFAULT_BALLOON]]
+        self.types: dict[str, BalloonType] = {RESERVED_BALLOON: reserved}
+        self.types.update((t.name, t) for t in ordered)
+        self._config_index = {t.name: i for i, t in enumerate(config.balloonTypes)}
+        self._reserved_namespaces = tuple(config.reservedNamespaces) + tuple(reserved.namespaces)
+        self.balloons: list[Balloon] = [Balloon(RESERVED_BALLOON, 0, self.reserved)]
+        self._held = _EMPTY
+        self._create_minimum(at_start=True)
+
+    # ----- the Policy interface ------------------------------------------------------------
+
+    @property
+    def taken(self) -> CPUSet:
+        """CPUs of the balloons (the reserved one aside) and of held containers."""
+        used = CPUSet().union(*(b.cpus for b in self.balloons[1:]))
+        return used | self._held
+
+    def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
+        saved = self._snapshot()
+        previous = self.release(request.key)
+        try:
+            entry = self._decide(request, keep=keep, hint=None)
+        except PlacementError:
+            self._restore_snapshot(saved, previous)
+            raise
+        self.admitted[request.key] = entry
+        return self.placement(request.key)
+
+    def release(self, key: str) -> Admitted | None:
+        entry = self.admitted.pop(key, None)
+        if entry is None:
+            return None
+        if entry.kind == "held":
+            self._held = self._held - entry.exclusive
+            return entry
+        balloon = self._member_of(key)
+        if balloon is not None:
+            del balloon.members[key]
+            self._fit(balloon)
+        return entry
+
+    def reinstate(self, entry: Admitted) -> None:
+        """Puts back a decision as it was (a rolled-back change): into the same balloon."""
+        self.release(entry.request.key)
+        key = entry.request.key
+        if entry.kind == "held":
+            self._held = self._held | (entry.exclusive - self.taken - self.reserved)
+        elif entry.kind in ("balloon", "reserved"):
+            balloon = self._by_name(entry.pool)
+            if balloon is None and (found := _BALLOON_NAME.fullmatch(entry.pool)):
+                balloon = Balloon(found[1], int(found[2]), _EMPTY)
+                self.balloons.append(balloon)
+            if balloon is None:  # not a balloon's name: placed anew when it can be
+                self.admitted[key] = entry
+                return
+            balloon.members[key] = entry.shared_milli
+            self._fit(balloon, best_effort=True)
+        self.admitted[key] = entry
+
+    def hold(self, request: ContainerRequest, cpus: CPUSet) -> Placement:
+        free = cpus & self.available
+        free = free - self.taken - self.reserved
+        entry = Admitted(request, "held", free, pool="none")
+        self.reinstate(entry)
+        return self.placement(request.key)
+
+    def placement(self, key: str) -> Placement:
+        entry = self.admitted[key]
+        if entry.kind == "preserved":
+            return Placement(self.preserved_cpus(entry.request), None, _EMPTY, "preserved", "none")
+        if entry.kind == "held":
+            cpus = entry.exclusive
+            return Placement(cpus, None, cpus, "held", entry.pool)
+        balloon = self._by_name(entry.pool)
+        assert balloon is not None, f"{key} is in {entry.pool}, which does not exist"
+        btype = self.types[balloon.type]
+        cpus = balloon.cpus | self._shared_idle(balloon)
+        pin = btype.pinMemory if btype.pinMemory is not None else self.config.pinMemory
+        mems = self.topology.memory_nodes_of_cpus(cpus) if pin and cpus else None
+        return Placement(cpus, mems, _EMPTY, entry.kind, balloon.name)
+
+    def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
+        # A preserved container runs outside the balloons: on idle and reserved CPUs.
+        return self._idle() | self.reserved
+
+    def pools(self) -> list[PoolView]:
+        views = []
+        for b in self.balloons:
+            mems = self.topology.memory_nodes_of_cpus(b.cpus)
+            views.append(
+                PoolView(
+                    name=b.name,
+                    depth=0,
+                    cpus=b.cpus,
+                    shared=b.cpus | self._shared_idle(b),
+                    exclusive=_EMPTY,
+                    free=self._room(b),
+                    shared_milli=b.milli,
+                    containers=len(b.members),
+                    mems=mems,
+                    memory_capacity=sum(self.topology.nodes[n].memory_bytes for n in mems),
+                    memory_used=sum(
+                        self.admitted[k].request.memory_limit
+                        or self.admitted[k].request.memory_request
+                        for k in b.members
+                        if k in self.admitted
+                    ),
+                )
+            )
+        return views
+
+    def balloon_views(self) -> list[BalloonView]:
+        return [
+            BalloonView(
+                type=b.type,
+                instance=b.instance,
+                name=b.name,
+                cpus=b.cpus,
+                containers=tuple(b.members),
+                milli=b.milli,
+                shared_idle=self._shared_idle(b),
+                cpu_class=self.types[b.type].cpuClass,
+            )
+            for b in sorted(self.balloons, key=self._order)
+        ]
+
+    def cpu_classes(self) -> dict[int, str]:
+        """CPU -> the CPU class its balloon's type asks for (CPUs without one are left out)."""
+        out: dict[int, str] = {}
+        for b in self.balloons:
+            cls = self.types[b.type].cpuClass
+            if cls is not None:
+                out.update(dict.fromkeys(b.cpus, cls))
+        return out
+
+    def cpu_class_ignored(self, key: str) -> str | None:
+        entry = self.admitted.get(key)
+        if entry is None or entry.request.cpu_class is None:
+            return None
+        return (
+            f"CPU class {entry.request.cpu_class} is not applied: under the balloons policy a "
+            "balloon type's cpuClass sets its CPUs' class, not an annotation"
+        )
+
+    def to_state(self) -> dict[str, Any]:
+        state = super().to_state()
+        state["balloons"] = [
+            {"type": b.type, "instance": b.instance, "cpus": str(b.cpus)} for b in self.balloons[1:]
+        ]
+        return state
+
+    def restore(self, state: Mapping[str, Any]) -> list[str]:
+        """Rebuilds the saved balloons where they still fit (same CPUs, type still there),
+        then puts every container back into its balloon, or places it anew; then tops the
+        types up to their minBalloons. Returns one message per container not placed."""
+        problems: list[str] = []
+        self.balloons = self.balloons[:1]
+        for data in state.get("balloons", []) or []:
+            try:
+                self._revive(data)
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(f"saved balloon {data!r}: unreadable: {exc}")
+        for i, data in enumerate(state.get("admitted", [])):
+            try:
+                entry = Admitted.from_dict(data)
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(f"saved entry {i}: unreadable: {exc}")
+                continue
+            req = entry.request
+            try:
+                saved = self._snapshot()
+                try:
+                    self.admitted[req.key] = self._decide(
+                        req, keep=entry.exclusive or None, hint=entry.pool
+                    )
+                except PlacementError:
+                    self._restore_snapshot(saved, None)
+                    raise
+            except PlacementError as exc:
+                problems.append(f"{req.namespace}/{req.pod_name}/{req.container}: {exc}")
+        for b in list(self.balloons[1:]):
+            self._fit(b)
+        try:
+            self._create_minimum(at_start=False)
+        except ConfigError as exc:  # the containers' balloons come first
+            problems.extend(exc.problems)
+        return problems
+
+    # ----- deciding ------------------------------------------------------------------------
+
+    def type_of(self, request: ContainerRequest) -> str:
+        """The balloon type a container goes to (see the module's docstring)."""
+        if request.balloon is not None:
+            return request.balloon
+        prefers = request.preferences.reserved
+        if prefers or (prefers is None and _matches(request.namespace, self._reserved_namespaces)):
+            return RESERVED_BALLOON
+        for name, btype in self.types.items():
+            if name != RESERVED_BALLOON and _matches(request.namespace, btype.namespaces):
+                return name
+        return DEFAULT_BALLOON
+
+    def _decide(
+        self, request: ContainerRequest, *, keep: CPUSet | None, hint: str | None
+    ) -> Admitted:
+        if request.preferences.preserve:
+            self.preserved_cut(request)
+            return Admitted(request, "preserved", pool="none")
+        type_name = self.type_of(request)
+        btype = self.types.get(type_name)
+        where = f"pod {request.namespace}/{request.pod_name} container {request.container}"
+        if btype is None:
+            raise PlacementError(
+                f"{where}: balloon type {type_name!r} is not configured; configured balloon "
+                f"types: {', '.join(self.types)}",
+                Reason.BAD_REQUEST,
+            )
+        milli = max(request.cpu_request_milli, 0)
+        if type_name == RESERVED_BALLOON:
+            reserved = self.balloons[0]
+            reserved.members[request.key] = milli
+            return Admitted(request, "reserved", pool=reserved.name, shared_milli=milli)
+        balloon = self._choose(request, btype, milli, keep=keep, hint=hint)
+        if balloon is None:
+            raise self._refusal(where, btype, milli)
+        balloon.members[request.key] = milli
+        self._fit(balloon)
+        return Admitted(request, "balloon", pool=balloon.name, shared_milli=milli)
+
+    def _choose(
+        self,
+        request: ContainerRequest,
+        btype: BalloonType,
+        milli: int,
+        *,
+        keep: CPUSet | None,
+        hint: str | None,
+    ) -> Balloon | None:
+        """The balloon request joins (a new one already added), or None when none can."""
+        free = len(self._free())
+        options: list[tuple[tuple[int, ...], Balloon | None]] = []
+        for b in self.balloons:
+            if b.type != btype.name:
+                continue
+            size = self._size(btype, b.milli + milli, len(b.members) + 1)
+            grow = size - len(b.cpus)
+            if (btype.maxCPUs and size > btype.maxCPUs) or grow > free:
+                continue
+            options.append((self._rank(request, btype, b, size, keep, hint), b))
+        count = sum(1 for b in self.balloons if b.type == btype.name)
+        size = self._size(btype, milli, 1)
+        fits = not btype.maxCPUs or size <= btype.maxCPUs
+        if fits and (not btype.maxBalloons or count < btype.maxBalloons) and size <= free:
+            options.append((self._rank(request, btype, None, size, keep, hint), None))
+        if not options:
+            return None
+        best = min(options, key=lambda o: o[0])[1]
+        if best is None:
+            best = self._new_balloon(btype, size)
+        return best
+
+    def _rank(
+        self,
+        request: ContainerRequest,
+        btype: BalloonType,
+        b: Balloon | None,
+        size: int,
+        keep: CPUSet | None,
+        hint: str | None,
+    ) -> tuple[int, ...]:
+        """Lower is better (see the module's docstring for the order)."""
+        members = [self.admitted[k].request for k in (b.members if b else {}) if k in self.admitted]
+        # Affinity rules pull the container into a balloon (positive) or push it out.
+        attraction = 0
+        if request.affinity:
+            me = subject_of(request)
+            attraction = sum(weight_towards(request.affinity, me, subject_of(m)) for m in members)
+        same_pod = sum(1 for m in members if m.pod_uid == request.pod_uid)
+        pod_key = same_pod if btype.preferSpreadingPods else (0 if same_pod else 1)
+        ns_key = 0
+        if btype.preferPerNamespaceBalloon:
+            namespaces = {m.namespace for m in members}
+            ns_key = 1 if not namespaces else (0 if namespaces == {request.namespace} else 2)
+        new = b is None
+        new_key = (0 if new else 1) if btype.preferNewBalloons else (1 if new else 0)
+        grow = size - (len(b.cpus) if b else 0)
+        return (
+            0 if b is not None and b.name == hint else 1,  # where it was before a restart
+            -len(b.cpus & keep) if b is not None and keep else 0,  # where it runs
+            -attraction,
+            pod_key,
+            ns_key,
+            new_key,
+            1 if grow > 0 else 0,  # room already
+            grow if grow > 0 else -grow,  # least growth, or the tightest fit
+            b.instance if b else 1 << 30,
+        )
+
+    def _refusal(self, where: str, btype: BalloonType, milli: int) -> PlacementError:
+        limits = (
+            f"minCPUs {btype.minCPUs}, maxCPUs {btype.maxCPUs or 'unbounded'}, "
+            f"maxBalloons {btype.maxBalloons or 'unbounded'}"
+        )
+        alone = self._size(btype, milli, 1)
+        count = sum(1 for b in self.balloons if b.type == btype.name)
+        free = len(self._free())
+        if btype.maxCPUs and alone > btype.maxCPUs:
+            why = f"it alone needs {alone} CPUs, above maxCPUs {btype.maxCPUs}"
+        else:
+            full = btype.maxBalloons and count >= btype.maxBalloons
+            why = f"none of its {count} balloons can inflate to take it, and " + (
+                f"maxBalloons {btype.maxBalloons} are in use"
+                if full
+                else f"a new balloon of {alone} CPUs does not fit in the {free} free CPUs"
+            )
+        return PlacementError(
+            f"{where}: asked for {milli}m CPU; balloon type {btype.name} ({limits}) cannot "
+            f"take it: {why} ({free} CPUs in no balloon)",
+            nearest_pool=btype.name,
+        )
+
+    # ----- sizes and CPUs ------------------------------------------------------------------
+
+    @staticmethod
+    def _size(btype: BalloonType, milli: int, members: int) -> int:
+        need = math.ceil(milli / 1000)
+        return max(btype.minCPUs, need, 1 if members else 0)
+
+    def _target(self, b: Balloon) -> int:
+        return self._size(self.types[b.type], b.milli, len(b.members))
+
+    def _free(self) -> CPUSet:
+        return self.available - self.reserved - self.taken
+
+    def _idle(self) -> CPUSet:
+        return self._free()
+
+    def _room(self, b: Balloon) -> int:
+        """CPUs the balloon could still grow by (0 for the reserved one)."""
+        if b.type == RESERVED_BALLOON:
+            return 0
+        btype = self.types[b.type]
+        free = len(self._free())
+        if btype.maxCPUs:
+            free = min(free, btype.maxCPUs - len(b.cpus))
+        return max(free, 0)
+
+    def _fit(self, b: Balloon, *, best_effort: bool = False) -> None:
+        """Inflates or deflates b to its size; drops it when empty beyond minBalloons."""
+        if b.type == RESERVED_BALLOON:
+            return
+        btype = self.types.get(b.type)
+        if btype is None:
+            return
+        if not b.members:
+            count = sum(1 for x in self.balloons if x.type == b.type)
+            if count > btype.minBalloons:
+                self.balloons.remove(b)
+                return
+        target = self._target(b)
+        have = len(b.cpus)
+        if target > have:
+            free = self._free()
+            grow = min(target - have, len(free)) if best_effort else target - have
+            if grow:
+                b.cpus = b.cpus | self._near(b.cpus, free, grow)
+        elif target < have:
+            b.cpus = b.cpus - release_cpus(self.topology, b.cpus, have - target)
+
+    def _near(self, cpus: CPUSet, free: CPUSet, n: int) -> CPUSet:
+        """n free CPUs as close to `cpus` as they come (the smallest unit around them that has
+        enough: core, L3 group, NUMA node, die or socket), packed by the allocator."""
+        if cpus:
+            infos = [self.topology.cpus[c] for c in cpus]
+            scopes = []
+            for level in _NEAR_LEVELS:
+                units = self.topology.units(level)  # type: ignore[arg-type]
+                keys = {_unit_key(level, i) for i in infos}
+                around = CPUSet().union(*(units[k] for k in keys if k in units))
+                if len(free & around) >= n:
+                    scopes.append((len(around), free & around))
+            if scopes:
+                return allocate_cpus(self.topology, min(scopes, key=lambda s: s[0])[1], n, kind="")
+        return allocate_cpus(self.topology, free, n, kind="")
+
+    def _new_balloon(self, btype: BalloonType, size: int) -> Balloon:
+        used = {b.instance for b in self.balloons if b.type == btype.name}
+        instance = next(i for i in range(len(used) + 1) if i not in used)
+        cpus = allocate_cpus(self.topology, self._free(), size, kind="") if size else _EMPTY
+        balloon = Balloon(btype.name, instance, cpus)
+        self.balloons.append(balloon)
+        return balloon
+
+    def _shared_idle(self, b: Balloon) -> CPUSet:
+        level = self.types[b.type].shareIdleCPUsInSame
+        if level is None or b.type == RESERVED_BALLOON:
+            return _EMPTY
+        idle = self._idle()
+        if level == "system" or not idle:
+            return idle
+        unit_level = _SHARE_LEVEL[level]
+        units = self.topology.units(unit_level)  # type: ignore[arg-type]
+        keys = {_unit_key(unit_level, self.topology.cpus[c]) for c in b.cpus}
+        return idle & CPUSet().union(*(units[k] for k in keys if k in units))
+
+    def _create_minimum(self, *, at_start: bool) -> None:
+        """Every type's minBalloons, higher allocatorPriority first; ConfigError naming the
+        type when they do not fit."""
+        order = sorted(
+            (t for t in self.types.values() if t.name != RESERVED_BALLOON),
+            key=lambda t: _PRIORITY[t.allocatorPriority],
+        )
+        for btype in order:
+            while sum(1 for b in self.balloons if b.type == btype.name) < btype.minBalloons:
+                free = self._free()
+                if btype.minCPUs > len(free):
+                    where = self._config_index.get(btype.name)
+                    key = (
+                        f"policy.balloonTypes.{where}.minBalloons"
+                        if where is not None
+                        else f"policy.balloonTypes ({btype.name})"
+                    )
+                    raise ConfigError(
+                        [
+                            f"{key}: {btype.minBalloons} balloons of type {btype.name} with "
+                            f"minCPUs {btype.minCPUs} do not fit: {len(free)} CPUs are left "
+                            f"({free or 'none'}) after the reserved CPUs"
+                            + ("" if at_start else " and the running containers' balloons")
+                            + " and the balloons of types of higher or equal allocatorPriority"
+                        ]
+                    )
+                self._new_balloon(btype, btype.minCPUs)
+
+    def _revive(self, data: Mapping[str, Any]) -> None:
+        type_name = str(data["type"])
+        instance = int(data["instance"])
+        cpus = CPUSet.parse(str(data["cpus"]))
+        btype = self.types.get(type_name)
+        if btype is None or type_name == RESERVED_BALLOON:
+            return
+        count = sum(1 for b in self.balloons if b.type == type_name)
+        if btype.maxBalloons and count >= btype.maxBalloons:
+            return
+        if self._by_name(f"{type_name}[{instance}]") is not None or not cpus <= self._free():
+            return
+        if btype.maxCPUs and len(cpus) > btype.maxCPUs:
+            cpus = cpus - release_cpus(self.topology, cpus, len(cpus) - btype.maxCPUs)
+        self.balloons.append(Balloon(type_name, instance, cpus))
+
+    # ----- bookkeeping ---------------------------------------------------------------------
+
+    def _by_name(self, name: str) -> Balloon | None:
+        for b in self.balloons:
+            if b.name == name:
+                return b
+        return None
+
+    def _member_of(self, key: str) -> Balloon | None:
+        for b in self.balloons:
+            if key in b.members:
+                return b
+        return None
+
+    def _order(self, b: Balloon) -> tuple[int, int]:
+        return (list(self.types).index(b.type) if b.type in self.types else 1 << 30, b.instance)
+
+    def _snapshot(self) -> tuple[list[Balloon], CPUSet, dict[str, Admitted]]:
+        return copy.deepcopy(self.balloons), self._held, dict(self.admitted)
+
+    def _restore_snapshot(
+        self, saved: tuple[list[Balloon], CPUSet, dict[str, Admitted]], previous: Admitted | None
+    ) -> None:
+        """A refusal changes nothing: balloons, holds and decisions as they were."""
+        self.balloons, self._held, self.admitted = saved
+        if previous is not None:
+            self.admitted[previous.request.key] = previous
+
+
+def _matches(namespace: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(namespace, p) for p in patterns)
+
+
+def _unit_key(level: str, info: Any) -> Any:
+    if level == "die":
+        return info.die_key
+    return getattr(info, level)

@@ -1,0 +1,239 @@
+"""The NRI adapter over the real engine, driven with NRI messages as containerd 1.7 sends them
+(no runtime needed): answers in time or degrades, refusals map to the relay's codes,
+Synchronize answers with the updates that move unknown containers off exclusive CPUs, and
+re-pins wait for the runtime before their cgroups are read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from enforcer.configuration import parse_config
+from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.group import Controllers
+from enforcer.engine import Enforcer
+from enforcer.nri.connection import TtrpcError
+from enforcer.nri.plugin import EVENT_MASK, NriPlugin
+from enforcer.nri.runtime import NriRuntime, PendingCpusets
+from enforcer.nriapi import api_pb2
+from enforcer.state import StateStore
+from enforcer.topology import Topology
+
+MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
+CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
+
+
+class Kernel:
+    """cpusets as the kernel would show them: what the runtime last applied."""
+
+    def __init__(self) -> None:
+        self.cpus: dict[str, str] = {}
+
+    def read(self, cgroup_parent: str, container_id: str) -> tuple[str, str] | None:
+        found = self.cpus.get(container_id)
+        return (found, "0") if found is not None else None
+
+
+def pod(name: str, qos_dir: str = "") -> api_pb2.PodSandbox:
+    uid = f"uid-{name}"
+    parent = f"/kubepods/{qos_dir + '/' if qos_dir else ''}pod{uid}"
+    p = api_pb2.PodSandbox(id=f"sb-{name}", name=name, uid=uid, namespace="nri-unit")
+    p.linux.cgroup_parent = parent
+    return p
+
+
+def container(name: str, cpu_milli: int = 0, cpus: str = "", state: int = 0) -> api_pb2.Container:
+    c = api_pb2.Container(id=f"c-{name}", pod_sandbox_id=f"sb-{name}", name="app", state=state)
+    c.annotations["io.kubernetes.container.restartCount"] = "0"
+    cpu = c.linux.resources.cpu
+    cpu.shares.value = max(2, cpu_milli * 1024 // 1000)
+    if cpu_milli:
+        cpu.quota.value = cpu_milli * 100
+        cpu.period.value = 100000
+        c.linux.resources.memory.limit.value = 64 << 20
+    cpu.cpus = cpus
+    return c
+
+
+def create_request(name: str, cpu_milli: int = 0) -> bytes:
+    qos = "" if cpu_milli else "besteffort"
+    return api_pb2.CreateContainerRequest(
+        pod=pod(name, qos), container=container(name, cpu_milli)
+    ).SerializeToString()
+
+
+@pytest.fixture
+def parts(tmp_path: Path):
+    runtime = NriRuntime()
+    kernel = Kernel()
+    store = StateStore(tmp_path / "state")
+    store.ensure_dir()
+    enforcer = Enforcer(
+        topology=MACHINE,
+        config=CONFIG,
+        store=store,
+        runtime=runtime,
+        controllers=Controllers([CpusetController(PendingCpusets(kernel, runtime))]),
+    )
+
+    def reconcile() -> bool:
+        enforcer.reconcile()
+        return True
+
+    plugin = NriPlugin(enforcer, runtime, reconcile=reconcile, answer_seconds=0.3)
+    yield plugin, runtime, kernel, enforcer
+    plugin.close()
+
+
+def synchronize(plugin: NriPlugin, pods=(), containers=()) -> api_pb2.SynchronizeResponse:
+    request = api_pb2.SynchronizeRequest(pods=list(pods), containers=list(containers))
+    return api_pb2.SynchronizeResponse.FromString(
+        asyncio.run(plugin.synchronize(request.SerializeToString()))
+    )
+
+
+def test_configure_subscribes_to_what_the_engine_needs(parts) -> None:
+    plugin = parts[0]
+    answer = asyncio.run(plugin.configure(api_pb2.ConfigureRequest().SerializeToString()))
+    events = api_pb2.ConfigureResponse.FromString(answer).events
+    assert events == EVENT_MASK and events & ~0x7FF == 0
+    for event in ("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER",
+                  "START_CONTAINER", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"):  # fmt: skip
+        assert events & (1 << (api_pb2.Event.Value(event) - 1)), event
+
+
+def test_create_answers_the_adjustment_and_refuses_as_the_relay(parts) -> None:
+    plugin, *_ = parts
+    synchronize(plugin)
+
+    async def main() -> None:
+        adjust = api_pb2.CreateContainerResponse.FromString(
+            await plugin.create_container(create_request("g1", 1000))
+        ).adjust
+        assert adjust.linux.resources.cpu.cpus == "1"
+        # CPUs 1-3 are free, 0 reserved: two more fit, the fourth does not.
+        for name in ("g2", "g3"):
+            await plugin.create_container(create_request(name, 1000))
+        with pytest.raises(TtrpcError) as refused:
+            await plugin.create_container(create_request("g4", 1000))
+        assert refused.value.code == 8  # RESOURCE_EXHAUSTED, as the relay answers
+        assert "exclusive" in refused.value.message
+
+    asyncio.run(main())
+
+
+def test_a_busy_engine_gets_the_create_refused_in_time_and_released_after(parts) -> None:
+    plugin, _, _, enforcer = parts
+    synchronize(plugin)
+
+    async def main() -> float:
+        plugin.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
+        started = time.monotonic()
+        with pytest.raises(TtrpcError) as late:
+            await plugin.create_container(create_request("slow", 1000))
+        took = time.monotonic() - started
+        assert late.value.code == 14  # UNAVAILABLE: kubelet retries
+        await plugin.run(lambda: None)  # the late admission and its release are done
+        return took
+
+    took = asyncio.run(main())
+    assert took < 0.6  # within the plugin's own deadline, far inside containerd's 2 s
+    assert enforcer.registry.by_container("c-slow") is None  # nothing held for it
+    assert not enforcer.policy.taken
+
+
+def test_a_late_synchronize_is_answered_in_time_and_finished_after(parts) -> None:
+    plugin, runtime, kernel, _ = parts
+    synchronize(plugin)
+    asyncio.run(plugin.create_container(create_request("g1", 1000)))
+    kernel.cpus["c-g1"] = "1"
+    runtime.disconnected()  # the plugin reconnects: a new Synchronize, with a stranger
+    plugin.reconcile_failed = "not connected to the runtime"
+    g1 = container("g1", 1000, cpus="1", state=api_pb2.CONTAINER_RUNNING)
+    stranger = container("be", cpus="0-3", state=api_pb2.CONTAINER_RUNNING)
+    kernel.cpus["c-be"] = "0-3"
+    request = api_pb2.SynchronizeRequest(pods=[pod("g1"), pod("be", "besteffort")])
+    request.containers.extend([g1, stranger])
+
+    async def main() -> tuple[float, api_pb2.SynchronizeResponse, str | None]:
+        plugin.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
+        started = time.monotonic()
+        answer = await plugin.synchronize(request.SerializeToString())
+        took = time.monotonic() - started
+        health_meanwhile = plugin.reconcile_failed
+        await plugin.run(lambda: None)  # the late reconciliation is done
+        await asyncio.sleep(0)
+        return took, api_pb2.SynchronizeResponse.FromString(answer), health_meanwhile
+
+    took, answer, meanwhile = asyncio.run(main())
+    assert took < 0.6 and not answer.update  # answered within the plugin's own deadline
+    assert meanwhile is not None  # not ready while the reconciliation is unfinished
+    # Finished after: ready again, and the stranger's re-pin waits for the sender.
+    assert plugin.reconcile_failed is None
+    assert {u.container_id: u.linux.resources.cpu.cpus for u in runtime.take_updates()} == {
+        "c-be": "0,2-3"
+    }
+
+
+def test_synchronize_moves_an_unknown_container_off_the_exclusive_cpu(parts) -> None:
+    plugin, runtime, kernel, enforcer = parts
+    synchronize(plugin)
+    asyncio.run(plugin.create_container(create_request("g1", 1000)))
+    kernel.cpus["c-g1"] = "1"
+    # The plugin restarts (its picture is gone); meanwhile a BestEffort container started
+    # unadjusted on every CPU.
+    runtime.disconnected()
+    stranger = container("be", cpus="0-3", state=api_pb2.CONTAINER_RUNNING)
+    kernel.cpus["c-be"] = "0-3"
+    g1 = container("g1", 1000, cpus="1", state=api_pb2.CONTAINER_RUNNING)
+    answer = synchronize(plugin, [pod("g1"), pod("be", "besteffort")], [g1, stranger])
+    updates = {u.container_id: u.linux.resources.cpu.cpus for u in answer.update}
+    assert updates == {"c-be": "0,2-3"}
+    # Until the runtime has applied it, its cgroup is not judged; after, it is.
+    assert "c-be" in runtime.unconfirmed
+    kernel.cpus["c-be"] = "0,2-3"
+    runtime.confirmed(["c-be"])
+    assert enforcer.verify(enforcer.registry.by_container("c-be"))
+
+
+def test_stop_releases_and_answers_the_widened_containers(parts) -> None:
+    plugin = parts[0]
+    be = container("be", state=api_pb2.CONTAINER_RUNNING)
+    synchronize(plugin, [pod("be", "besteffort")], [be])
+
+    async def main() -> api_pb2.StopContainerResponse:
+        created = api_pb2.CreateContainerResponse.FromString(
+            await plugin.create_container(create_request("g1", 1000))
+        )
+        # The shared container is narrowed in the same answer.
+        assert {u.container_id: u.linux.resources.cpu.cpus for u in created.update} == {
+            "c-be": "0,2-3"
+        }
+        stop = api_pb2.StopContainerRequest(pod=pod("g1"), container=container("g1", 1000))
+        return api_pb2.StopContainerResponse.FromString(
+            await plugin.stop_container(stop.SerializeToString())
+        )
+
+    stopped = asyncio.run(main())
+    assert {u.container_id: u.linux.resources.cpu.cpus for u in stopped.update} == {"c-be": "0-3"}
+
+
+def test_the_state_keeps_kubelets_resources_as_the_relay_does() -> None:
+    """A state folder moves between the modes: the NRI plugin records kubelet's resources in
+    the relay's format, which the relay's re-pins read back."""
+    from enforcer.cri import api_pb2 as cri
+    from enforcer.nri.convert import resources_record
+    from enforcer.runtime.client import resources_message
+    from enforcer.runtime.client import resources_record as relay_record
+
+    nri = container("g", 1500, cpus="1-2").linux.resources
+    nri.cpu.mems = "0"
+    same = cri.LinuxContainerResources(
+        cpu_period=100000, cpu_quota=150000, cpu_shares=1536,
+        memory_limit_in_bytes=64 << 20, cpuset_cpus="1-2", cpuset_mems="0",
+    )  # fmt: skip
+    assert resources_record(nri) == relay_record(same)
+    assert resources_message(resources_record(nri)) == same
