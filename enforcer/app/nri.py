@@ -19,6 +19,7 @@ from functools import partial
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.run import (
+    ignore_late_signals,
     log_stopped,
     metrics_address,
     prepare,
@@ -138,4 +139,5 @@ async def serve_nri(options: RunOptions) -> int:
     heartbeat.cancel()
     health.remove()
     log_stopped(store)
+    ignore_late_signals()
     return 0

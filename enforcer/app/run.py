@@ -321,6 +321,7 @@ async def run(options: RunOptions) -> int:
     heartbeat.cancel()
     health.remove()
     log_stopped(store)
+    ignore_late_signals()
     return 0
 
 
@@ -337,6 +338,15 @@ async def save_at_stop(
         log.error("the state could not be written within the grace period")
     if restore_node:
         await worker.run(enforcer.shutdown)
+
+
+def ignore_late_signals() -> None:
+    """Stopped: a SIGTERM or SIGINT sent again now (kubelet, an operator, a test) would kill the
+    exiting process and turn its clean stop into a death by signal; they are ignored."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def log_stopped(store: StateStore) -> None:
