@@ -11,9 +11,10 @@ second pass over the pod it produced yields the same annotation (required by
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+import msgspec
 
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import PodInput, Policy, compute_annotation, pod_input
@@ -59,7 +60,9 @@ def annotation_patch(pod: Mapping[str, Any], value: str) -> list[dict[str, Any]]
 
 
 def patch_json(patch: list[dict[str, Any]]) -> str:
-    return json.dumps(patch, separators=(",", ":"))
+    """Compact JSON; the annotation's value is ASCII (`json.dumps` escapes the rest), so
+    msgspec writes the bytes `json.dumps(patch, separators=(",", ":"))` would."""
+    return msgspec.json.encode(patch).decode()
 
 
 class Mutation(NamedTuple):
@@ -70,17 +73,23 @@ class Mutation(NamedTuple):
 
 
 class Mutator:
-    """`mutate` with memoized annotations and encoded patches, for one Policy. Both share one
-    cache of at most `cache_bytes` (0: nothing memoized)."""
+    """`mutate` with memoized annotations and encoded patches, for one Policy, and the parts of
+    annotations that pods share; all within `cache_bytes` (0: nothing memoized)."""
 
     def __init__(
         self, policy: Policy | None = None, *, cache_bytes: int = DEFAULT_CACHE_BYTES
     ) -> None:
         self.policy = policy or Policy()
-        self.cache = ByteLRU(cache_bytes)
+        # A sixteenth of the budget (at most 1 MiB) for the parts the replicas of a Deployment
+        # share (checked annotations, each container's classes); the rest for the annotations
+        # and patches. Together they stay within `cache_bytes`.
+        parts = min(cache_bytes // 16, 1024 * 1024)
+        self.parts = ByteLRU(parts)
+        self.cache = ByteLRU(cache_bytes - parts)
 
     def _compute(self, pod: PodInput) -> str:
-        return compute_annotation(pod, self.policy)
+        # The parts shared by the replicas of a Deployment are kept in the same cache.
+        return compute_annotation(pod, self.policy, self.parts.get_or_compute)
 
     @staticmethod
     def _encode(shape: str, value: str) -> str:
