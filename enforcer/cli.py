@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -176,9 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             grace_period=args.grace_period,
         )
         # Only `run` pays for the daemon's imports (grpc, protobuf, prometheus_client: ~0.5 s).
-        from enforcer.app.run import run
+        from enforcer.app.run import serve
 
-        return asyncio.run(run(options))
+        return serve(options)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if args.command == "status":
         from enforcer.commands.status import status
