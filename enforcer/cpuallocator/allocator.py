@@ -113,7 +113,9 @@ class _Packer:
             unit_cores = [[c for c in cores if c <= unit.cpus] for unit in units]
             derived = (units, cores, unit_cores)
             topology.__dict__[_DERIVED] = derived  # the dataclass is frozen, its __dict__ not
-        self.units, self.cores, self.unit_cores = derived
+        self.units: list[_Unit] = derived[0]
+        self.cores: list[CPUSet] = derived[1]
+        self.unit_cores: list[list[CPUSet]] = derived[2]
 
     def take(self, free: CPUSet, n: int) -> CPUSet:
         if n <= 0:
