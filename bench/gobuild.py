@@ -19,7 +19,7 @@ BASELINES = Path(__file__).resolve().parent / "baselines"
 OUT = Path(__file__).resolve().parent / "results" / "go"
 GOCODE = Path("/usr/share/gocode")
 PROGRAMS = ("webhook", "criclient", "grpcproxy")
-INSTALL_HINT = "apt-get install golang-go golang-google-grpc-dev  (or .ci/bench-deps.sh)"
+INSTALL_HINT = "apt-get install golang-go golang-google-grpc-dev  (make bench-deps)"
 
 
 def missing() -> str | None:
