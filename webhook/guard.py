@@ -176,6 +176,49 @@ class GatedListener:
         return None
 
 
+class _Coalescing:
+    """A transport whose writes made in one turn of the event loop go out as one: uvicorn
+    writes a response's head and body separately, which over TLS is two records and two
+    sends; here they are one of each (a review's answer is a few hundred bytes)."""
+
+    __slots__ = ("_buffer", "_loop", "_transport")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._buffer: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._buffer:
+            self._loop.call_soon(self._flush)
+        self._buffer.append(data)
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            data = b"".join(self._buffer)
+            self._buffer.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._buffer.clear()
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return int(self._transport.get_write_buffer_size()) + sum(map(len, self._buffer))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class RequestDeadline(HttpToolsProtocol):
     """uvicorn's httptools protocol, with REQUEST_READ_SECONDS to send each request, head and
     body, and at most MAX_HEAD_BYTES of head.
@@ -210,7 +253,7 @@ class RequestDeadline(HttpToolsProtocol):
             self.transport.abort()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(_Coalescing(transport, self.loop))  # type: ignore[arg-type]
         self._arm()
         self._between = False
 

@@ -113,6 +113,8 @@ def run(app: Any, sock: socket.socket, tls: ReloadingTLS, *, log_level: str = "i
         lifespan="on",
         ws="none",
         server_header=False,
+        # The API server calls the webhook directly: no proxy's X-Forwarded-* to trust.
+        proxy_headers=False,
         # uvloop's event loop and httptools' parser (the fastest pair uvicorn runs on), with
         # the deadline and head bound of `webhook.guard` on top.
         loop="uvloop",
