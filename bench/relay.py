@@ -188,6 +188,30 @@ def go_passthrough(
     return results
 
 
+def durable_writes(folder: Path, size: int, count: int = 60) -> list[float]:
+    """Seconds for the state store's durable write (write, fsync, rename, fsync the folder) of
+    `size` bytes in `folder`: what CreateContainer waits for on this disk, measured apart."""
+    samples = []
+    target, tmp = folder / "bench-state.json", folder / ".bench-state.json.tmp"
+    for _ in range(count):
+        start = time.perf_counter()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x" * size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        samples.append(time.perf_counter() - start)
+    target.unlink()
+    return samples
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench relay", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case and side")
@@ -301,6 +325,13 @@ def main(argv: list[str]) -> int:
                         results[label][f"relay_{stat}_ms"] - results[label][f"direct_{stat}_ms"],
                         2,
                     )
+            state_file = Path(enforcer.state_dir, "state.json")
+            size = state_file.stat().st_size if state_file.exists() else 4096
+            writes = durable_writes(Path(enforcer.state_dir), size)
+            results["durable state write alone (this disk)"] = {
+                "p50_ms": round(percentile(writes, 0.5) * 1e3, 2),
+                "p99_ms": round(percentile(writes, 0.99) * 1e3, 2),
+            }
             for side, pid in pids.items():
                 memory[side] = peak_rss_mib(pid)
             for k in sides.values():
