@@ -17,7 +17,13 @@ from typing import Any, NamedTuple
 import msgspec
 
 from resource_contract.keys import RESOURCES_KEY
-from resource_contract.pod_annotation import PodInput, Policy, compute_annotation, pod_input
+from resource_contract.pod_annotation import (
+    PodInput,
+    Policy,
+    compact_json,
+    compute_annotation,
+    pod_input,
+)
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
@@ -59,6 +65,16 @@ def annotation_patch(pod: Mapping[str, Any], value: str) -> list[dict[str, Any]]
     return patch_for(patch_shape(pod), value)
 
 
+def annotation_json(value: dict[str, Any]) -> str:
+    """`resource_contract.pod_annotation.compact_json`, written by msgspec: the same text
+    whenever msgspec's is ASCII without DEL (json.dumps escapes those; msgspec writes UTF-8
+    and DEL as they are), else json.dumps's."""
+    raw = msgspec.json.encode(value)
+    if raw.isascii() and b"\x7f" not in raw:
+        return raw.decode("ascii")
+    return compact_json(value)
+
+
 def patch_json(patch: list[dict[str, Any]]) -> str:
     """Compact JSON; the annotation's value is ASCII (`json.dumps` escapes the rest), so
     msgspec writes the bytes `json.dumps(patch, separators=(",", ":"))` would."""
@@ -89,7 +105,7 @@ class Mutator:
 
     def _compute(self, pod: PodInput) -> str:
         # The parts shared by the replicas of a Deployment are kept in the same cache.
-        return compute_annotation(pod, self.policy, self.parts.get_or_compute)
+        return compute_annotation(pod, self.policy, self.parts.get_or_compute, annotation_json)
 
     @staticmethod
     def _encode(shape: str, value: str) -> str:
