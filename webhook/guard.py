@@ -2,10 +2,10 @@
 
 uvicorn has no limit on the time a client takes to send a request: a connection that sends
 half a header and stalls is kept for ever, and 200 of them stay open; on httptools, no limit on
-the size of a request's head either. asyncio accepts
-every connection and gives each TLS connection a 256 KiB read buffer before the handshake, so
-a few hundred idle sockets cost the memory the Deployment has. Here, for the webhook and the
-benchmark's bare app alike (`webhook.server.run`):
+the size of a request's head either. The event loop accepts every connection and gives each
+TLS connection a 256 KiB read buffer before the handshake, so a few hundred idle sockets cost
+the memory the Deployment has. Here, for the webhook and the benchmark's bare app alike
+(`webhook.server.run`, on uvloop):
 
 - `RequestDeadline`: uvicorn's HTTP/1.1 protocol on httptools with a deadline from a connection's
   first byte (or from its opening) to the end of the request's body; a peer that misses it is
@@ -13,7 +13,9 @@ benchmark's bare app alike (`webhook.server.run`):
 - `ConnectionGate`: at most `max_connections` at once, counting those still in their TLS
   handshake; one more is closed on accept, before any handshake work or buffer
   (`GatedListener` accepts, asks the gate, then starts TLS: the same on asyncio and uvloop).
-- `shrink_tls_read_buffer`: asyncio's per-connection TLS read buffer cut to one TLS record.
+- `shrink_tls_read_buffer`: asyncio's per-connection TLS read buffer cut to one TLS record
+  (uvloop's is reserved, not touched, and resident only as far as reads fill it).
+- `_Coalescing`: a response's head and body written in one TLS record and one send.
 """
 
 from __future__ import annotations
