@@ -11,7 +11,9 @@ second pass over the pod it produced yields the same annotation (required by
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any, NamedTuple
 
 import msgspec
@@ -81,6 +83,23 @@ def patch_json(patch: list[dict[str, Any]]) -> str:
     return msgspec.json.encode(patch).decode()
 
 
+def pod_input_size(key: PodInput) -> int:
+    """`deep_size(key)` for a PodInput, object by object as deep_size counts them, the loops
+    run in C: on a review of a new pod, sizing its key by the generic walk cost as much as
+    reading the review."""
+    size = sys.getsizeof
+    total = size(key) + size(key.namespace) + size(key.containers) + size(key.init_containers)
+    pairs: list[tuple[str, Any]] = list(key.annotations)
+    total += size(key.annotations)
+    for group in (key.containers, key.init_containers):
+        total += sum(map(size, group))
+        for c in group:
+            total += size(c.name) + size(c.requests) + size(c.limits)
+            pairs += c.requests
+            pairs += c.limits
+    return total + sum(map(size, pairs)) + sum(map(size, chain.from_iterable(pairs)))
+
+
 class Mutation(NamedTuple):
     annotation: str  # the annotation's value, compact JSON
     patch: list[dict[str, Any]]  # empty when the pod already carries exactly this value
@@ -114,7 +133,7 @@ class Mutator:
     def annotation(self, pod: Mapping[str, Any], namespace: str) -> str:
         key = pod_input(pod, namespace)
         # A Denial raised by the computation propagates and is not kept.
-        value: str = self.cache.get_or_compute(key, lambda: self._compute(key))
+        value: str = self.cache.get_or_compute(key, lambda: self._compute(key), pod_input_size)
         return value
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
