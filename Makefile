@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps test test-images lint demo bench proto constraints clean
+.PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean
 
 system-deps:
 	./.ci/system-deps.sh
@@ -37,7 +37,11 @@ test-images: system-deps install
 demo: install
 	$(BIN)/python -m tests.support.demo
 
-bench: install
+# wrk and Debian's Go toolchain for the Go baselines: for the benchmarks only (bench/README.md).
+bench-deps:
+	./bench/system-deps.sh
+
+bench: install bench-deps
 	$(BIN)/python -m bench
 
 # Regenerates the CRI, NRI and ttrpc modules from proto/; tests/test_proto.py and

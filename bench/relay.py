@@ -1,7 +1,7 @@
 """The enforcer's relay against direct calls to the same containerd, in the same run.
 
     make bench                    # all benchmarks
-    .venv/bin/python -m bench relay [--calls 2000] [--cycles 60]
+    .venv/bin/python -m bench relay [--calls 2000] [--cycles 60] [--no-go]
 
 Starts a private containerd and `resource-enforcer run` (console script, static policy, state
 persisted as in production). Measures, in alternating rounds so machine noise hits both alike:
@@ -9,13 +9,21 @@ p50/p99 of Version, ListContainers and ContainerStatus with 1 and 8 concurrent c
 (threads sharing one channel, as kubelet shares one connection); and container cycles
 (CreateContainer, StartContainer, StopContainer, RemoveContainer) in a running pod, with
 CreateContainer timed on its own. Prints a table and the ratios; writes bench/results/relay.json.
+
+With Go (bench/baselines, `bench.gobuild`), first the passthrough as kubelet drives it: the Go
+CRI client, unary calls on one connection, 1 and 8 at once, against containerd directly, the
+relay, and a grpc-go passthrough proxy, round by round; the relay and the proxy pinned to CPU 0
+and the client to CPU 1, with each server's CPU seconds per 1000 calls and peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -82,17 +90,150 @@ def cycle(kubelet: KubeletEmulator, pod, attempt: int) -> tuple[float, float]:
     return created - start, time.perf_counter() - start
 
 
+def pin_process(pid: int, cpu: int) -> None:
+    """Every thread of `pid` on `cpu` (threads made later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), {cpu})
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+GO_CASES = {
+    # name: (method, request)
+    "Version": ("/runtime.v1.RuntimeService/Version", api_pb2.VersionRequest(version="v1")),
+    "ListContainers": (
+        "/runtime.v1.RuntimeService/ListContainers",
+        api_pb2.ListContainersRequest(),
+    ),
+    "ContainerStatus": ("/runtime.v1.RuntimeService/ContainerStatus", None),
+}
+
+
+def go_calls(
+    client: Path,
+    socket: str,
+    method: str,
+    request: bytes,
+    calls: int,
+    clients: int,
+    cpu: int | None,
+) -> dict[str, float]:
+    cmd = [
+        str(client), "-socket", socket, "-method", method, "-request", request.hex(),
+        "-calls", str(calls), "-concurrency", str(clients),
+    ]  # fmt: skip
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    figures: dict[str, float] = json.loads(out.stdout)
+    if figures["errors"]:
+        raise RuntimeError(f"{method} through {socket}: {figures['errors']} calls failed")
+    return figures
+
+
+def go_passthrough(
+    go: dict[str, Path],
+    sockets: dict[str, str],
+    pids: dict[str, int],
+    container_id: str,
+    calls: int,
+    rounds: int,
+    client_cpu: int | None,
+) -> dict[str, dict[str, float]]:
+    """Unary calls from the Go client, 1 and 8 at once on one connection, alternating direct,
+    relay and the grpc-go proxy round by round; p50 is the median of the rounds' p50s."""
+    results: dict[str, dict[str, float]] = {}
+    for clients in (1, 8):
+        for name, (method, message) in GO_CASES.items():
+            if message is None:
+                message = api_pb2.ContainerStatusRequest(container_id=container_id)
+            request = message.SerializeToString()
+            per: dict[str, list[dict[str, float]]] = {side: [] for side in sockets}
+            cpu: dict[str, float] = {side: 0.0 for side in sockets}
+            for _ in range(rounds):
+                for side, sock in sockets.items():
+                    go_calls(go["criclient"], sock, method, request, 100, clients, client_cpu)
+                    before = cpu_seconds(pids[side]) if side in pids else 0.0
+                    per[side].append(
+                        go_calls(go["criclient"], sock, method, request, calls, clients, client_cpu)
+                    )
+                    if side in pids:
+                        cpu[side] += cpu_seconds(pids[side]) - before
+            key = f"{name} x{clients}"
+            row: dict[str, float] = {}
+            for side, runs in per.items():
+                row[f"{side}_p50_us"] = round(statistics.median(r["p50_us"] for r in runs))
+                row[f"{side}_p99_us"] = round(statistics.median(r["p99_us"] for r in runs))
+                if side in pids:
+                    row[f"{side}_cpu_s_per_1000"] = round(cpu[side] / (calls * rounds) * 1000, 3)
+            for side in sockets:
+                if side != "direct":
+                    ratios = [
+                        r["p50_us"] / d["p50_us"]
+                        for r, d in zip(per[side], per["direct"], strict=True)
+                    ]
+                    row[f"{side}_p50_ratio"] = round(statistics.median(ratios), 2)
+            results[key] = row
+    return results
+
+
+def durable_writes(folder: Path, size: int, count: int = 60) -> list[float]:
+    """Seconds for the state store's durable write (write, fsync, rename, fsync the folder) of
+    `size` bytes in `folder`: what CreateContainer waits for on this disk, measured apart."""
+    samples = []
+    target, tmp = folder / "bench-state.json", folder / ".bench-state.json.tmp"
+    for _ in range(count):
+        start = time.perf_counter()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x" * size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        samples.append(time.perf_counter() - start)
+    target.unlink()
+    return samples
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench relay", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case and side")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds")
     parser.add_argument("--cycles", type=int, default=60, help="container cycles per side")
+    parser.add_argument("--no-go", action="store_true", help="only the Python client")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin servers and client")
     args = parser.parse_args(argv)
     reason = containerd_available()
     if reason:
         print(f"needs a real containerd: {reason}")
         return 1
+    go = None
+    if not args.no_go:
+        from bench.gobuild import build
+
+        go = build(("criclient", "grpcproxy"))
+    pinned = not args.no_pin and len(os.sched_getaffinity(0)) >= 2
+    server_cpu, client_cpu = (0, 1) if pinned else (None, None)
     results: dict[str, dict[str, float]] = {}
+    go_results: dict[str, dict[str, float]] = {}
+    memory: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory(prefix="kre-bench-") as tmp, PrivateContainerd() as ctrd:
         config = Path(tmp, "config.yaml")
         config.write_text('policy: {name: static, reservedCPUs: "0"}\n')
@@ -103,7 +244,24 @@ def main(argv: list[str]) -> int:
             extra_args=["--log-level", "warning"],
         )
         enforcer.start()
+        proxy: subprocess.Popen[bytes] | None = None
         try:
+            assert enforcer.proc is not None
+            pids = {"relay": enforcer.proc.pid}
+            if server_cpu is not None:
+                pin_process(enforcer.proc.pid, server_cpu)
+            sockets = {"direct": ctrd.socket, "relay": enforcer.relay_socket}
+            if go is not None:
+                proxy_socket = str(Path(tmp, "grpc-go-proxy.sock"))
+                cmd = [str(go["grpcproxy"]), "-listen", proxy_socket, "-backend", ctrd.socket]
+                if server_cpu is not None:
+                    cmd = ["taskset", "-c", str(server_cpu), *cmd]
+                proxy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+                deadline = time.monotonic() + 10
+                while not os.path.exists(proxy_socket) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                sockets["grpc-go proxy"] = proxy_socket
+                pids["grpc-go proxy"] = proxy.pid
             sides = {
                 "direct": KubeletEmulator(ctrd.socket, log_root=Path(tmp, "pods-d")),
                 "relay": KubeletEmulator(enforcer.relay_socket, log_root=Path(tmp, "pods-r")),
@@ -112,6 +270,18 @@ def main(argv: list[str]) -> int:
                 side: k.run_pod(manifest(f"bench-{side}", sleeper("app")))
                 for side, k in sides.items()
             }
+            if go is not None:
+                go_results = go_passthrough(
+                    go,
+                    sockets,
+                    pids,
+                    pods["direct"].container_id("app"),
+                    args.calls // args.rounds,
+                    args.rounds,
+                    client_cpu,
+                )
+            if client_cpu is not None:
+                os.sched_setaffinity(0, {client_cpu})
             cases = {
                 side: unary_cases(k.runtime, pods[side].container_id("app"))
                 for side, k in sides.items()
@@ -124,7 +294,7 @@ def main(argv: list[str]) -> int:
                             call = cases[side][name]
                             timed_calls(call, 50, clients)  # warm-up
                             samples[side] += timed_calls(call, args.calls // args.rounds, clients)
-                    key = f"{name} x{clients}"
+                    key = f"{name} x{clients} (Python client)"
                     results[key] = {
                         f"{side}_{stat}_us": round(percentile(s, q) * 1e6)
                         for side, s in samples.items()
@@ -141,23 +311,50 @@ def main(argv: list[str]) -> int:
                     create, whole = cycle(k, pods[side], attempt=i + 1)
                     creates[side].append(create)
                     cycles[side].append(whole)
-            for label, data in (("CreateContainer", creates), ("create-start-stop-remove", cycles)):
+            for label, data in (
+                ("CreateContainer (state written, fsync)", creates),
+                ("create-start-stop-remove", cycles),
+            ):
                 results[label] = {
                     f"{side}_{stat}_ms": round(percentile(s, q) * 1e3, 2)
                     for side, s in data.items()
                     for stat, q in (("p50", 0.5), ("p99", 0.99))
                 }
-                results[label]["p99_added_ms"] = round(
-                    results[label]["relay_p99_ms"] - results[label]["direct_p99_ms"], 2
-                )
+                for stat in ("p50", "p99"):
+                    results[label][f"{stat}_added_ms"] = round(
+                        results[label][f"relay_{stat}_ms"] - results[label][f"direct_{stat}_ms"],
+                        2,
+                    )
+            state_file = Path(enforcer.state_dir, "state.json")
+            size = state_file.stat().st_size if state_file.exists() else 4096
+            writes = durable_writes(Path(enforcer.state_dir), size)
+            results["durable state write alone (this disk)"] = {
+                "p50_ms": round(percentile(writes, 0.5) * 1e3, 2),
+                "p99_ms": round(percentile(writes, 0.99) * 1e3, 2),
+            }
+            for side, pid in pids.items():
+                memory[side] = peak_rss_mib(pid)
             for k in sides.values():
                 k.close()
         finally:
+            if proxy is not None:
+                proxy.terminate()
+                proxy.wait(10)
             enforcer.stop()
+    pinning = "relay and proxy on CPU 0, clients on CPU 1" if pinned else "not pinned"
+    if go_results:
+        print(f"Go CRI client (unary, one connection; {pinning}), medians of {args.rounds} rounds:")
+        for case, figures in go_results.items():
+            print(f"  {case:20s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
+    elif not args.no_go:
+        print("Go CRI client and grpc-go proxy: not run (Go missing, see above)")
+    print("Python client (grpcio) and container cycles:")
     for case, figures in results.items():
-        print(f"{case:28s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
+        print(f"  {case:40s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
+    print("peak RSS (MiB): " + ", ".join(f"{k} {v}" for k, v in memory.items()))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "relay.json").write_text(json.dumps(results, indent=2))
+    out = {"go_client": go_results, "python_client": results, "peak_rss_mib": memory}
+    (RESULTS / "relay.json").write_text(json.dumps(out, indent=2))
     return 0
 
 

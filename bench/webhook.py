@@ -204,6 +204,27 @@ def sample_review(uid: str = "0f5d4b9e-7d5b-4b6e-9a51-3c1f2d8e6a70") -> dict[str
     }
 
 
+UID_MARK, MEMORY_MARK = "@UID@", "@MEM@"
+
+
+def distinct_template() -> bytes:
+    """The sample review with marks where each request gets its own uid and its own memory
+    size for the app container (request = limit): every review is a pod the webhook has not
+    seen, so no memoized annotation or patch answers it."""
+    r = sample_review(uid=UID_MARK)
+    app = r["request"]["object"]["spec"]["containers"][0]["resources"]
+    app["requests"]["memory"] = app["limits"]["memory"] = MEMORY_MARK
+    return json.dumps(r, separators=(",", ":")).encode()
+
+
+def distinct_body(template: bytes, n: int) -> bytes:
+    """The n-th distinct review, as the wrk script below makes it."""
+    uid = f"{n:08x}-0000-4000-8000-{n:012x}"
+    return template.replace(UID_MARK.encode(), uid.encode()).replace(
+        MEMORY_MARK.encode(), f"{1048576 + n}Ki".encode()
+    )
+
+
 # --- the bare app -----------------------------------------------------------------------------
 
 
@@ -380,17 +401,25 @@ async def _closed_loop(
 
 
 async def _open_loop(
-    port: int, ctx: ssl.SSLContext, raw: bytes, rate: float, seconds: float, connections: int
+    port: int,
+    ctx: ssl.SSLContext,
+    raw: bytes | list[bytes],
+    rate: float,
+    seconds: float,
+    connections: int,
 ) -> tuple[list[float], int, float]:
+    """`raw`: one request, or a list of them sent in turn."""
+    bodies = [raw] if isinstance(raw, bytes) else raw
     pool = [await Connection.open(port, ctx) for _ in range(connections)]
-    due: asyncio.Queue[float | None] = asyncio.Queue()
+    due: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
     latencies: list[float] = []
     errors = 0
 
     async def worker(conn: Connection) -> None:
         nonlocal errors
-        while (when := await due.get()) is not None:
-            status = await conn.call(raw)
+        while (item := await due.get()) is not None:
+            when, request = item
+            status = await conn.call(request)
             latencies.append(time.perf_counter() - when)
             errors += status != 200
 
@@ -402,7 +431,7 @@ async def _open_loop(
         delay = when - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        due.put_nowait(when)
+        due.put_nowait((when, bodies[i % len(bodies)]))
     for _ in pool:
         due.put_nowait(None)
     await asyncio.gather(*workers)
@@ -432,6 +461,21 @@ wrk.headers["Content-Type"] = "application/json"
 local f = assert(io.open("{body}", "rb"))
 wrk.body = f:read("*a")
 f:close()
+"""
+
+# A distinct pod in every request, as bench.webhook.distinct_body makes them.
+_WRK_LUA_DISTINCT = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = assert(io.open("{template}", "rb"))
+local template = f:read("*a")
+f:close()
+local n = {start}
+request = function()
+  n = n + 1
+  local uid = string.format("%08x-0000-4000-8000-%012x", n, n)
+  local body = template:gsub("{uid}", uid):gsub("{memory}", tostring(1048576 + n) .. "Ki")
+  return wrk.format(nil, nil, nil, body)
+end
 """
 
 
@@ -499,6 +543,8 @@ class Report:
     seconds_per_round: float
     rate: float
     pinned: bool
+    same_pod: bool = False
+    peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
     closed_loop: list[Run] = field(default_factory=list)
     open_loop: list[Run] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
@@ -509,51 +555,71 @@ def _median(runs: list[Run], attr: str) -> float:
     return round(statistics.median(values), 3) if values else float("nan")
 
 
+SERVERS = ("webhook", "bare", "go")
+
+
+def _ratio(report: Report, num: str, den: str, attr: str, invert: bool = False) -> float | None:
+    """The median over rounds of num/den (den/num with `invert`), round by round, so a noisy
+    moment hits both sides."""
+    pairs = list(
+        zip(
+            [r for r in report.closed_loop if r.server == num],
+            [r for r in report.closed_loop if r.server == den],
+            strict=False,
+        )
+    )
+    values = [
+        (getattr(d, attr) / getattr(n, attr)) if invert else (getattr(n, attr) / getattr(d, attr))
+        for n, d in pairs
+        if getattr(n, attr) and getattr(d, attr)
+    ]
+    return round(statistics.median(values), 3) if values else None
+
+
 def _summarize(report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in ("webhook", "bare"):
+    for name in SERVERS:
         runs = [r for r in report.closed_loop if r.server == name]
+        if not runs:
+            continue
         paced = [r for r in report.open_loop if r.server == name]
+        cpu = _median(runs, "cpu_us_per_request")
         out[name] = {
             "rps": _median(runs, "rps"),
             "p50_ms": _median(runs, "p50_ms"),
             "p99_ms": _median(runs, "p99_ms"),
-            "cpu_us_per_request": _median(runs, "cpu_us_per_request"),
+            "cpu_us_per_request": cpu,
+            "cpu_seconds_per_1000": round(cpu / 1000, 4),
+            "peak_rss_mib": report.peak_rss_mib.get(name),
             f"p50_ms_at_{report.rate:g}_rps": paced[0].p50_ms if paced else None,
             f"p99_ms_at_{report.rate:g}_rps": paced[0].p99_ms if paced else None,
             f"max_ms_at_{report.rate:g}_rps": paced[0].max_ms if paced else None,
         }
-    # Round by round, so a noisy moment hits both sides of a ratio.
-    pairs = list(
-        zip(
-            [r for r in report.closed_loop if r.server == "webhook"],
-            [r for r in report.closed_loop if r.server == "bare"],
-            strict=True,
-        )
-    )
-    out["throughput_ratio"] = round(statistics.median(w.rps / b.rps for w, b in pairs), 3)
-    cpu_pairs = [(w, b) for w, b in pairs if w.cpu_us_per_request and b.cpu_us_per_request]
-    if cpu_pairs:
-        out["cpu_ratio"] = round(
-            statistics.median(b.cpu_us_per_request / w.cpu_us_per_request for w, b in cpu_pairs),  # type: ignore[operator]
-            3,
-        )
+    out["throughput_ratio"] = _ratio(report, "webhook", "bare", "rps")
+    cpu_ratio = _ratio(report, "webhook", "bare", "cpu_us_per_request", invert=True)
+    if cpu_ratio is not None:
+        out["cpu_ratio"] = cpu_ratio
+    if "go" in out:
+        out["go_throughput_ratio"] = _ratio(report, "webhook", "go", "rps")
+        out["go_cpu_ratio"] = _ratio(report, "webhook", "go", "cpu_us_per_request", invert=True)
     return out
 
 
 def _print(report: Report) -> None:
     pinning = "servers on CPU 0, client on CPU 1" if report.pinned else "not pinned"
+    pods = "the same pod in every request" if report.same_pod else "a distinct pod in every request"
     print(
         f"\nclosed loop: {report.client}, {report.concurrency} connections, {report.rounds} x "
-        f"{report.seconds_per_round:g} s per server, alternating; {pinning}"
+        f"{report.seconds_per_round:g} s per server, alternating; {pinning}; {pods}"
     )
     columns = ("server", "round", "req/s", "p50 ms", "p99 ms", "CPU us/req", "errors")
     print("  {:8s} {:>5s} {:>9s} {:>8s} {:>8s} {:>10s} {:>6s}".format(*columns))
+    per_round = len({r.server for r in report.closed_loop}) or 1
     for i, r in enumerate(report.closed_loop):
         cpu = f"{r.cpu_us_per_request:.1f}" if r.cpu_us_per_request else "-"
         print(
-            f"  {r.server:8s} {i // 2 + 1:5d} {r.rps:9.1f} {r.p50_ms:8.3f} {r.p99_ms:8.3f} "
-            f"{cpu:>10s} {r.errors:6d}"
+            f"  {r.server:8s} {i // per_round + 1:5d} {r.rps:9.1f} {r.p50_ms:8.3f} "
+            f"{r.p99_ms:8.3f} {cpu:>10s} {r.errors:6d}"
         )
     print(f"\nopen loop: {report.rate:g} requests/s")
     for r in report.open_loop:
@@ -563,17 +629,36 @@ def _print(report: Report) -> None:
         )
     s = report.summary
     print("\nsummary (medians over rounds):")
-    for name in ("webhook", "bare"):
+    for name in SERVERS:
+        if name not in s:
+            continue
         f = s[name]
         print(
             f"  {name:8s} {f['rps']:9.1f} req/s  p50 {f['p50_ms']:.3f} ms  "
-            f"p99 {f['p99_ms']:.3f} ms  CPU {f['cpu_us_per_request']} us/req"
+            f"p99 {f['p99_ms']:.3f} ms  CPU {f['cpu_us_per_request']} us/req "
+            f"({f['cpu_seconds_per_1000']} CPU s per 1000)  peak RSS {f['peak_rss_mib']} MiB"
         )
-    print(f"  throughput ratio webhook/bare: {s['throughput_ratio']}  (goal >= 0.8)")
+    if "go" in s:
+        print(f"  throughput ratio webhook/Go: {s['go_throughput_ratio']}  (goal >= 1.0)")
+        print(f"  CPU-per-request ratio Go/webhook: {s['go_cpu_ratio']}")
+    else:
+        print("  Go baseline: not run (see above)")
+    print(f"  throughput ratio webhook/bare ASGI app: {s['throughput_ratio']}")
     if "cpu_ratio" in s:
         print(f"  CPU-per-request ratio bare/webhook: {s['cpu_ratio']}")
     p99 = s["webhook"][f"p99_ms_at_{report.rate:g}_rps"]
-    print(f"  webhook p99 at {report.rate:g} req/s: {p99} ms  (goal < 10 ms)")
+    print(f"  webhook p99 at {report.rate:g} req/s: {p99} ms  (goal <= 10 ms)")
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    """VmHWM: the most resident memory the process has had."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -589,6 +674,10 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--rate-seconds", type=float, default=10)
     parser.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and client")
+    parser.add_argument(
+        "--same-pod", action="store_true", help="the same pod in every request (caches answer)"
+    )
+    parser.add_argument("--no-go", action="store_true", help="leave the Go baseline out")
     parser.add_argument("--json", type=Path, default=RESULTS / "webhook.json")
     args = parser.parse_args(list(argv))
 
@@ -604,12 +693,18 @@ def main(argv: Sequence[str] = ()) -> int:
     if webhook_cmd is None:
         print("resource-webhook is not installed (pip install -e .)", file=sys.stderr)
         return 1
+    go = None
+    if not args.no_go:
+        from bench.gobuild import build
+
+        go = build(("webhook",))
 
     from webhook.admission import review
     from webhook.certs import write_certs
     from webhook.mutation import Mutator
 
     body = json.dumps(sample_review(), separators=(",", ":")).encode()  # compact, as Go writes it
+    template = distinct_template()
     answer = review(body, Mutator()).body
     report = Report(
         command="python -m bench webhook " + " ".join(argv),
@@ -619,54 +714,62 @@ def main(argv: Sequence[str] = ()) -> int:
         seconds_per_round=args.seconds,
         rate=args.rate,
         pinned=pinned,
+        same_pod=args.same_pod,
     )
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
         work = Path(tmp)
         certs = write_certs("resource-webhook", "resource-enforcer", work / "certs")
         (work / "body.json").write_bytes(body)
+        (work / "template.json").write_bytes(template)
         (work / "answer.json").write_bytes(answer)
-        lua = work / "post.lua"
-        lua.write_text(_WRK_LUA.format(body=work / "body.json"))
         tls = ["--tls-cert", str(certs.tls_crt), "--tls-key", str(certs.tls_key)]
+        commands = {
+            "webhook": [webhook_cmd, "serve", *tls, "--host", "127.0.0.1", "--port", "0"],
+            "bare": [
+                sys.executable, "-m", "bench.webhook", "serve-bare", *tls,
+                "--answer", str(work / "answer.json"),
+            ],
+        }  # fmt: skip
+        if go is not None:
+            commands["go"] = [str(go["webhook"]), *tls]
         servers = [
-            start_server(
-                "webhook",
-                [webhook_cmd, "serve", *tls, "--host", "127.0.0.1", "--port", "0"],
-                work / "webhook.log",
-                server_cpu,
-            ),
-            start_server(
-                "bare",
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.webhook",
-                    "serve-bare",
-                    *tls,
-                    "--answer",
-                    str(work / "answer.json"),
-                ],
-                work / "bare.log",
-                server_cpu,
-            ),
+            start_server(name, cmd, work / f"{name}.log", server_cpu)
+            for name, cmd in commands.items()
         ]
         ctx = ssl.create_default_context(cafile=str(certs.ca_crt))
-        raw = _request_bytes(body)
+        if args.same_pod:
+            requests = [_request_bytes(body)]
+        else:
+            requests = [_request_bytes(distinct_body(template, n)) for n in range(1, 4001)]
         if client_cpu is not None:
             os.sched_setaffinity(0, {client_cpu})
         try:
-            for server in servers:  # both answer the same bytes, and are warm
-                got = asyncio.run(_closed_loop(server.port, ctx, raw, 4, 1.0))
+            for server in servers:  # all answer, and are warm
+                got = asyncio.run(_closed_loop(server.port, ctx, requests[0], 4, 1.0))
                 if got[1]:
                     raise RuntimeError(f"{server.name} answered errors; see {server.log}")
+            start = 10_000
             for _ in range(args.rounds):
                 for server in servers:
+                    lua = work / f"post-{start}.lua"
+                    if args.same_pod:
+                        lua.write_text(_WRK_LUA.format(body=work / "body.json"))
+                    else:
+                        lua.write_text(
+                            _WRK_LUA_DISTINCT.replace("{template}", str(work / "template.json"))
+                            .replace("{start}", str(start))
+                            .replace("{uid}", UID_MARK)
+                            .replace("{memory}", MEMORY_MARK)
+                        )
+                    start += 10_000_000  # pods never repeat, across rounds and servers
                     cpu0 = server.cpu_seconds()
                     if client == "wrk":
                         run = _wrk(server, lua, args.concurrency, args.seconds, client_cpu)
                     else:
                         lat, errors, elapsed = asyncio.run(
-                            _closed_loop(server.port, ctx, raw, args.concurrency, args.seconds)
+                            _closed_loop(
+                                server.port, ctx, requests[0], args.concurrency, args.seconds
+                            )
                         )
                         run = _summary(server.name, "python", lat, errors, elapsed)
                     used = server.cpu_seconds() - cpu0
@@ -674,9 +777,11 @@ def main(argv: Sequence[str] = ()) -> int:
                     report.closed_loop.append(run)
             for server in servers:
                 lat, errors, elapsed = asyncio.run(
-                    _open_loop(server.port, ctx, raw, args.rate, args.rate_seconds, 8)
+                    _open_loop(server.port, ctx, requests, args.rate, args.rate_seconds, 8)
                 )
                 report.open_loop.append(_summary(server.name, "python", lat, errors, elapsed))
+            for server in servers:
+                report.peak_rss_mib[server.name] = peak_rss_mib(server.process.pid)
         finally:
             for server in servers:
                 server.stop()

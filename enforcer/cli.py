@@ -4,7 +4,6 @@ configuration."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -236,9 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             **_engine_options(args),
         )
         # Only `run` pays for the daemon's imports (grpc, protobuf, prometheus_client: ~0.5 s).
-        from enforcer.app.run import run
+        from enforcer.app.run import serve
 
-        return asyncio.run(run(options))
+        return serve(options)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     if args.command == "status":
         from enforcer.commands.status import status

@@ -66,11 +66,29 @@ def _scope_keys(kind: ClassKind, scope: str) -> tuple[list[str], list[str]]:
     return ours, peers
 
 
+# class_keys by (kind, container name), for names up to a DNS label's 63 characters; at most
+# _KEYS_ENTRIES of them (well under 1 MiB), emptied when full.
+_KEYS: dict[tuple[str, str], tuple[str, ...]] = {}
+_KEYS_ENTRIES = 2048
+
+
 def class_keys(kind: ClassKind, container: str) -> list[str]:
     """Every key that can carry container's class, first one present wins."""
+    return list(_class_keys(kind, container))
+
+
+def _class_keys(kind: ClassKind, container: str) -> tuple[str, ...]:
+    found = _KEYS.get((kind, container))
+    if found is not None:
+        return found
     c_ours, c_peers = _scope_keys(kind, f"container.{container}")
     p_ours, p_peers = _scope_keys(kind, "pod")
-    return c_ours + c_peers + p_ours + p_peers
+    keys = (*c_ours, *c_peers, *p_ours, *p_peers)
+    if len(container) <= 63:
+        if len(_KEYS) >= _KEYS_ENTRIES:
+            _KEYS.clear()
+        _KEYS[(kind, container)] = keys
+    return keys
 
 
 def is_class_key(key: str) -> ClassKind | None:
@@ -167,7 +185,7 @@ def resolve_class(
     Raises ClassRequestError for a request that must be refused.
     """
     access = access or ClassAccess()
-    for key in class_keys(kind, container):
+    for key in _class_keys(kind, container):
         if key not in annotations:
             continue
         value = annotations[key]

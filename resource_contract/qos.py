@@ -6,7 +6,7 @@ Pure functions; quantities are compared as the API server parses them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -16,28 +16,46 @@ QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _QOS_RESOURCES = ("cpu", "memory")
 
 
-def _positive(quantities: Mapping[str, Any] | None) -> dict[str, Decimal]:
-    parsed = {k: parse_quantity(v) for k, v in (quantities or {}).items() if k in _QOS_RESOURCES}
+def _positive(quantities: Iterable[tuple[str, Any]]) -> dict[str, Decimal]:
+    parsed = {k: parse_quantity(v) for k, v in quantities if k in _QOS_RESOURCES}
     return {k: v for k, v in parsed.items() if v > 0}
 
 
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:
     """The pod's QoS class by the API server's rules, over containers and init containers."""
+    containers = []
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        containers.append(
+            (
+                (resources.get("requests") or {}).items(),
+                (resources.get("limits") or {}).items(),
+            )
+        )
+    return qos_of_containers(containers)
+
+
+def qos_of_containers(
+    containers: Iterable[tuple[Iterable[tuple[str, Any]], Iterable[tuple[str, Any]]]],
+) -> QoSClass:
+    """qos_class over (requests, limits) pairs of (resource, quantity), one per container,
+    init containers included."""
     requests: dict[str, Decimal] = {}
     limits: dict[str, Decimal] = {}
     guaranteed = True
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        resources = container.get("resources") or {}
+    for container_requests, container_limits in containers:
         # Zero quantities count as absent, as in the API server's GetPodQOS.
-        c_requests = _positive(resources.get("requests"))
-        c_limits = _positive(resources.get("limits"))
+        c_requests = _positive(container_requests)
+        c_limits = _positive(container_limits)
         for name, value in c_requests.items():
             requests[name] = requests.get(name, Decimal(0)) + value
         for name, value in c_limits.items():
             limits[name] = limits.get(name, Decimal(0)) + value
         # A missing request defaults to the limit, so only explicit differences break Guaranteed.
         limited = set(c_limits) == set(_QOS_RESOURCES)
-        if not limited or any(c_requests.get(k, c_limits[k]) != c_limits[k] for k in c_limits):
+        if guaranteed and (
+            not limited or any(c_requests.get(k, c_limits[k]) != c_limits[k] for k in c_limits)
+        ):
             guaranteed = False
     if not requests and not limits:
         return "BestEffort"

@@ -25,8 +25,28 @@ _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
+# Quantity strings parsed already (Decimals are immutable): pods of one Deployment, and the
+# containers of a node, repeat the same few. At most _MEMO_ENTRIES strings of at most
+# MAX_LENGTH characters (under 1 MiB); emptied when full.
+_MEMO: dict[str, Decimal] = {}
+_MEMO_ENTRIES = 4096
+
+
 def parse_quantity(value: object) -> Decimal:
     """A Kubernetes quantity as a Decimal; ValueError naming the problem when malformed."""
+    if type(value) is str:
+        found = _MEMO.get(value)
+        if found is not None:
+            return found
+        number = _parse(value)
+        if len(_MEMO) >= _MEMO_ENTRIES:
+            _MEMO.clear()
+        _MEMO[value] = number
+        return number
+    return _parse(value)
+
+
+def _parse(value: object) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"invalid quantity {value!r}: not a number")
     if isinstance(value, int | float | Decimal):

@@ -1,24 +1,24 @@
 """AdmissionReview in, AdmissionReview out. Pure: bytes -> Result, no I/O.
 
-The body is checked by pydantic straight from the bytes into plain dicts, typed as a review of
-a pod: only the fields the webhook reads are built (`oldObject`, `userInfo`, the pod's volumes
-and so on are skipped). When that fails, a second, looser reading finds out why: a review of
-something else (allowed unchanged), or a body that is not an AdmissionReview the API server
-could have sent (HTTP 400 naming the field). A pod that must be refused is a well-formed
-review with `allowed: false`.
+The body is decoded by msgspec straight from the bytes into plain dicts, typed as a review of a
+pod: only the fields the webhook reads are built (`oldObject`, `userInfo`, the pod's volumes
+and so on are skipped), and types are never coerced. When that fails, a second, looser reading
+finds out why: a body that is not JSON, a review of something else (allowed unchanged), or a
+body that is not an AdmissionReview the API server could have sent (HTTP 400 naming the field
+as `request.object.spec.containers[0].name: field required`). A pod that must be refused is a
+well-formed review with `allowed: false`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
-
-# pydantic needs typing_extensions.TypedDict before Python 3.12.
-from typing_extensions import TypedDict
+import msgspec
 
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Denial
@@ -28,57 +28,44 @@ API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MUTATING_OPERATIONS = ("CREATE", "UPDATE")
 _INT64 = 2**63
 
-# Unknown fields are ignored (newer API servers add some); types are never coerced.
-_STRICT = ConfigDict(extra="ignore", strict=True)
-
 ApiVersion = Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+ReviewKind = Literal["AdmissionReview"]
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+# A quantity as the API server writes it (a string), or a JSON number that fits in 64 bits.
+Quantity = str | Annotated[int, msgspec.Meta(ge=-_INT64 + 1, le=_INT64 - 1)] | float
+
+# Unknown fields are ignored (newer API servers add some); types are never coerced.
 
 
-# A quantity as the API server writes it (a string), or a JSON number; checked in pydantic's
-# core (a Python validator here would cost a third of the parse). Strict: true is no number.
-Quantity = (
-    str
-    | Annotated[int, Field(gt=-_INT64, lt=_INT64)]
-    | Annotated[float, Field(allow_inf_nan=False)]
-)
-_QUANTITY_TAGS = frozenset(("str", "int", "float", "constrained-int", "constrained-float"))
-
-
-@with_config(_STRICT)
 class GroupVersionKind(TypedDict):
     group: NotRequired[str]
     version: str
     kind: str
 
 
-@with_config(_STRICT)
 class GroupVersionResource(TypedDict):
     group: NotRequired[str]
     version: str
     resource: str
 
 
-@with_config(_STRICT)
 class Resources(TypedDict, total=False):
     requests: dict[str, Quantity] | None
     limits: dict[str, Quantity] | None
 
 
-@with_config(_STRICT)
 class Container(TypedDict):
     name: NonEmpty
     resources: NotRequired[Resources | None]
 
 
-@with_config(_STRICT)
 class PodSpec(TypedDict):
     containers: list[Container]
     initContainers: NotRequired[list[Container] | None]
 
 
-@with_config(_STRICT)
 class ObjectMeta(TypedDict, total=False):
     name: str | None
     generateName: str | None
@@ -87,7 +74,6 @@ class ObjectMeta(TypedDict, total=False):
     deletionTimestamp: str | None
 
 
-@with_config(_STRICT)
 class Pod(TypedDict):
     """The part of a Pod the webhook reads."""
 
@@ -95,7 +81,6 @@ class Pod(TypedDict):
     spec: PodSpec
 
 
-@with_config(_STRICT)
 class _RequestBase(TypedDict):
     uid: NonEmpty
     kind: GroupVersionKind
@@ -106,98 +91,155 @@ class _RequestBase(TypedDict):
     operation: Operation
 
 
-@with_config(_STRICT)
 class PodRequest(_RequestBase):
     object: NotRequired[Pod | None]
 
 
-@with_config(_STRICT)
 class AnyRequest(_RequestBase):
     object: NotRequired[Any]
 
 
-@with_config(_STRICT)
 class PodReview(TypedDict):
     apiVersion: ApiVersion
-    kind: Literal["AdmissionReview"]
+    kind: ReviewKind
     request: PodRequest
 
 
-@with_config(_STRICT)
 class AnyReview(TypedDict):
     apiVersion: ApiVersion
-    kind: Literal["AdmissionReview"]
+    kind: ReviewKind
     request: AnyRequest
 
 
-_POD_REVIEW: TypeAdapter[PodReview] = TypeAdapter(PodReview)
-_ANY_REVIEW: TypeAdapter[AnyReview] = TypeAdapter(AnyReview)
-_POD: TypeAdapter[Pod] = TypeAdapter(Pod)
+_POD_REVIEW = msgspec.json.Decoder(PodReview)
+_JSON = msgspec.json.Decoder()
 
 
 class BadRequest(ValueError):
     """Not an AdmissionReview: HTTP 400 with `{"error": message}`."""
 
 
-# pydantic's wording names its own types; users want to hear what JSON was expected.
-_MESSAGES = {
-    "missing": "field required",
-    "model_type": "must be an object",
-    "model_attributes_type": "must be an object",
-    "dict_type": "must be an object",
-    "list_type": "must be an array",
-    "string_type": "must be a string",
-    "bool_type": "must be true or false",
-    "string_too_short": "must not be empty",
+# msgspec's wording names its own types; users want to hear what JSON was expected.
+_EXPECTED = {
+    "object": "must be an object",
+    "array": "must be an array",
+    "str": "must be a string",
+    "bool": "must be true or false",
 }
+# The choices of each Literal field, named as pydantic and the API server's docs name them.
+_CHOICES = {
+    "apiVersion": get_args(ApiVersion),
+    "kind": get_args(ReviewKind),
+    "operation": get_args(Operation),
+}
+_ERROR = re.compile(r"(?s)(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?")
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 
 
-def _where(prefix: str, loc: tuple[int | str, ...]) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
+def _is_quantity(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -_INT64 < value < _INT64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str)
+
+
+def _quantity_message(value: Any) -> str:
+    if isinstance(value, float) and not isinstance(value, bool):
+        return "a quantity must be a finite number"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "a quantity must fit in 64 bits"
+    return "a quantity must be a string or a number"
+
+
+def _choices(options: tuple[str, ...]) -> str:
+    quoted = [f"'{o}'" for o in options]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def describe(exc: msgspec.ValidationError, document: Any, prefix: str = "") -> str:
+    """The problem as `field.path: what is wrong`. `document` is the decoded JSON the error
+    was found in: a map's key that msgspec leaves out of its path (`[...]`) is found there."""
+    match = _ERROR.fullmatch(str(exc))
+    what, raw_path = (match["what"], match["path"] or "") if match else (str(exc), "")
+    parts: list[str] = []
+    node: Any = document
+    quantity: Any = None
+    for name, index in _SEGMENT.findall(raw_path):
+        if name:
+            parts.append(f".{name}" if parts or prefix else name)
+            node = node.get(name) if isinstance(node, dict) else None
+        elif index == "...":
+            # A map's value: annotations hold strings, requests and limits quantities.
+            in_quantities = parts[-1] in (".requests", ".limits") if parts else False
+            bad = None
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    ok = _is_quantity(value) if in_quantities else isinstance(value, str)
+                    if not ok:
+                        bad = key
+                        break
+            parts.append(f".{bad}" if bad is not None else "[...]")
+            if in_quantities and bad is not None:
+                quantity = node[bad]
+            node = node.get(bad) if isinstance(node, dict) and bad is not None else None
         else:
-            out += f".{part}" if out else str(part)
-    return out or "body"
+            parts.append(f"[{index}]")
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+    where = prefix + "".join(parts)
+    if quantity is not None or (parts and parts[-1] == "[...]" and "int | float | str" in what):
+        return f"{where}: {_quantity_message(quantity)}"
+    if not where:
+        if what.startswith("Expected `object"):
+            return "body: must be a JSON object (an AdmissionReview)"
+        where = "body"
+    missing = re.fullmatch(r"Object missing required field `([^`]*)`", what)
+    if missing:
+        field = missing[1] if where == "body" else f"{where}.{missing[1]}"
+        return f"{field}: field required"
+    expected = re.match(r"Expected `(\w+)(?: \| null)?`, got", what)
+    if expected and expected[1] in _EXPECTED:
+        return f"{where}: {_EXPECTED[expected[1]]}"
+    if what.startswith("Expected `str` of length >= 1"):
+        return f"{where}: must not be empty"
+    field = parts[-1].lstrip(".") if parts else ""
+    if what.startswith("Invalid enum value") and field in _CHOICES:
+        return f"{where}: input should be {_choices(_CHOICES[field])}"
+    return f"{where}: {what[:1].lower()}{what[1:]}"
 
 
-def _quantity_problem(errors: list[Any]) -> tuple[tuple[Any, ...], str, int] | None:
-    """A bad quantity fails each member of the str | int | float union, one error each
-    (located `...requests.cpu.str`, `....int`, `....float`): report it once."""
-    loc = errors[0]["loc"]
-    if not (len(loc) >= 3 and loc[-1] in _QUANTITY_TAGS and loc[-3] in ("requests", "limits")):
-        return None
-    same = [e for e in errors if e["loc"][:-1] == loc[:-1]]
-    kinds = {e["type"] for e in same}
-    if "finite_number" in kinds:
-        message = "a quantity must be a finite number"
-    elif kinds & {"greater_than", "less_than"}:
-        message = "a quantity must fit in 64 bits"
-    else:
-        message = "a quantity must be a string or a number"
-    return loc[:-1], message, len(errors) - len(same)
+def _read_json(body: bytes) -> Any:
+    """The body as plain JSON values; BadRequest when it is not JSON. NaN and Infinity are
+    read (as the API server never writes them, they end up refused as quantities or types)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body: not valid JSON: invalid UTF-8 at byte {exc.start}") from None
+    try:
+        return _JSON.decode(body)
+    except msgspec.DecodeError as exc:
+        problem = str(exc).removeprefix("JSON is malformed: ")
+    except RecursionError:
+        raise BadRequest("body: not valid JSON: nested too deeply") from None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadRequest(f"body: not valid JSON: {problem}") from None
 
 
-def describe(exc: ValidationError, prefix: str = "") -> str:
-    """The first problem as `field.path: what is wrong` (and how many more there are)."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    kind = first["type"]
-    quantity = _quantity_problem(errors)
-    if quantity is not None:
-        loc, message, others = quantity
-        more = f" (and {others} more problems)" if others else ""
-        return f"{_where(prefix, loc)}: {message}{more}"
-    if kind == "json_invalid":
-        detail = first["msg"].removeprefix("Invalid JSON: ")
-        return f"body: not valid JSON: {detail}"
-    if not prefix and not first["loc"] and kind in ("dict_type", "model_type"):
-        return "body: must be a JSON object (an AdmissionReview)"
-    message = _MESSAGES.get(kind) or first["msg"].removeprefix("Value error, ")
-    message = message[:1].lower() + message[1:]
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return f"{_where(prefix, first['loc'])}: {message}{more}"
+def _non_finite_quantity(pod: Pod) -> str | None:
+    """Where a NaN or infinite quantity is (only Python's JSON reader lets them through)."""
+    spec: dict[str, Any] = dict(pod["spec"])
+    for field in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(field) or ()):
+            resources = container.get("resources") or {}
+            for part in ("requests", "limits"):
+                for name, value in (resources.get(part) or {}).items():
+                    if isinstance(value, float) and not math.isfinite(value):
+                        return f"spec.{field}[{i}].resources.{part}.{name}"
+    return None
 
 
 def check_pod(obj: Any) -> Pod:
@@ -205,9 +247,13 @@ def check_pod(obj: Any) -> Pod:
     if obj is None:
         raise BadRequest("request.object: must be an object (the pod)")
     try:
-        return _POD.validate_python(obj)
-    except ValidationError as exc:
-        raise BadRequest(describe(exc, "request.object")) from None
+        pod = msgspec.convert(obj, Pod, strict=True)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(describe(exc, obj, "request.object")) from None
+    where = _non_finite_quantity(pod)
+    if where is not None:
+        raise BadRequest(f"request.object.{where}: a quantity must be a finite number")
+    return pod
 
 
 def is_pod(request: _RequestBase) -> bool:
@@ -231,19 +277,31 @@ def parse(body: bytes) -> PodReview | AnyReview:
     if not body or body.isspace():
         raise BadRequest("body: empty; expected an AdmissionReview")
     try:
-        return _POD_REVIEW.validate_json(body)
-    except ValidationError as typed:
-        first_error = typed
-    # Slow path: find out whether the body is no review, a review of something else, or a
-    # review of a pod that no API server would send.
+        review: PodReview = _POD_REVIEW.decode(body)
+        if body.isascii() or _valid_utf8(body):
+            return review
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        pass
+    # Slow path: find out whether the body is no JSON, no review, a review of something else,
+    # or a review of a pod that no API server would send.
+    document = _read_json(body)
     try:
-        review = _ANY_REVIEW.validate_json(body)
-    except ValidationError as exc:
-        raise BadRequest(describe(exc)) from None
-    if is_ours(review["request"]):
-        check_pod(review["request"].get("object"))
-        raise BadRequest(describe(first_error))  # not reached while the two readings agree
-    return review
+        loose = msgspec.convert(document, AnyReview, strict=True)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(describe(exc, document)) from None
+    request = loose["request"]
+    if is_ours(request):
+        request["object"] = check_pod(request.get("object"))  # raises when it is wrong
+    return loose
+
+
+def _valid_utf8(body: bytes) -> bool:
+    """msgspec checks the strings it keeps, not those in the fields it skips."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 _HEADS = {
@@ -330,7 +388,7 @@ def review(body: bytes, mutator: Mutator) -> Result:
         parsed = parse(body)
     except BadRequest as exc:
         return bad_request(str(exc))
-    except Exception as exc:  # a body pydantic could not even read; still the client's
+    except Exception as exc:  # a body that could not even be read; still the client's
         return bad_request(f"body: cannot be read as an AdmissionReview: {exc}")
     api_version, request = parsed["apiVersion"], parsed["request"]
     uid = request["uid"]

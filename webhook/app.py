@@ -205,7 +205,7 @@ class AdmissionEndpoint:
 
 
 def _warm_up(mutator: Mutator) -> None:
-    """Pays the first-call costs (the quantity parser's import, pydantic's validators) before
+    """Pays the first-call costs (the quantity parser's import, the decoders) before
     the first pod, so the first admission is as fast as the rest."""
     pod = {
         "metadata": {"name": "warm-up"},

@@ -54,9 +54,15 @@ class ByteLRU:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+    def get_or_compute(
+        self,
+        key: Hashable,
+        compute: Callable[[], Any],
+        key_size: Callable[[Any], int] = deep_size,
+    ) -> Any:
         """The cached value for `key`, else `compute()`'s, kept when it fits. An exception from
-        `compute` propagates and nothing is kept."""
+        `compute` propagates and nothing is kept. `key_size` must give what `deep_size` gives
+        for the key (a faster one for a key of known shape)."""
         if self.max_bytes == 0:
             return compute()
         with self._lock:
@@ -65,7 +71,7 @@ class ByteLRU:
                 self._entries.move_to_end(key)
                 return found[0]
         value = compute()  # outside the lock: two threads may compute the same key; both agree
-        size = deep_size(key) + deep_size(value) + _ENTRY_OVERHEAD
+        size = key_size(key) + deep_size(value) + _ENTRY_OVERHEAD
         if size > self.max_bytes // 4:
             return value
         with self._lock:

@@ -11,12 +11,21 @@ second pass over the pod it produced yields the same annotation (required by
 from __future__ import annotations
 
 import base64
-import json
+import sys
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any, NamedTuple
 
+import msgspec
+
 from resource_contract.keys import RESOURCES_KEY
-from resource_contract.pod_annotation import PodInput, Policy, compute_annotation, pod_input
+from resource_contract.pod_annotation import (
+    PodInput,
+    Policy,
+    compact_json,
+    compute_annotation,
+    pod_input,
+)
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
@@ -58,8 +67,37 @@ def annotation_patch(pod: Mapping[str, Any], value: str) -> list[dict[str, Any]]
     return patch_for(patch_shape(pod), value)
 
 
+def annotation_json(value: dict[str, Any]) -> str:
+    """`resource_contract.pod_annotation.compact_json`, written by msgspec: the same text
+    whenever msgspec's is ASCII without DEL (json.dumps escapes those; msgspec writes UTF-8
+    and DEL as they are), else json.dumps's."""
+    raw = msgspec.json.encode(value)
+    if raw.isascii() and b"\x7f" not in raw:
+        return raw.decode("ascii")
+    return compact_json(value)
+
+
 def patch_json(patch: list[dict[str, Any]]) -> str:
-    return json.dumps(patch, separators=(",", ":"))
+    """Compact JSON; the annotation's value is ASCII (`json.dumps` escapes the rest), so
+    msgspec writes the bytes `json.dumps(patch, separators=(",", ":"))` would."""
+    return msgspec.json.encode(patch).decode()
+
+
+def pod_input_size(key: PodInput) -> int:
+    """`deep_size(key)` for a PodInput, object by object as deep_size counts them, the loops
+    run in C: on a review of a new pod, sizing its key by the generic walk cost as much as
+    reading the review."""
+    size = sys.getsizeof
+    total = size(key) + size(key.namespace) + size(key.containers) + size(key.init_containers)
+    pairs: list[tuple[str, Any]] = list(key.annotations)
+    total += size(key.annotations)
+    for group in (key.containers, key.init_containers):
+        total += sum(map(size, group))
+        for c in group:
+            total += size(c.name) + size(c.requests) + size(c.limits)
+            pairs += c.requests
+            pairs += c.limits
+    return total + sum(map(size, pairs)) + sum(map(size, chain.from_iterable(pairs)))
 
 
 class Mutation(NamedTuple):
@@ -70,17 +108,23 @@ class Mutation(NamedTuple):
 
 
 class Mutator:
-    """`mutate` with memoized annotations and encoded patches, for one Policy. Both share one
-    cache of at most `cache_bytes` (0: nothing memoized)."""
+    """`mutate` with memoized annotations and encoded patches, for one Policy, and the parts of
+    annotations that pods share; all within `cache_bytes` (0: nothing memoized)."""
 
     def __init__(
         self, policy: Policy | None = None, *, cache_bytes: int = DEFAULT_CACHE_BYTES
     ) -> None:
         self.policy = policy or Policy()
-        self.cache = ByteLRU(cache_bytes)
+        # A sixteenth of the budget (at most 1 MiB) for the parts the replicas of a Deployment
+        # share (checked annotations, each container's classes); the rest for the annotations
+        # and patches. Together they stay within `cache_bytes`.
+        parts = min(cache_bytes // 16, 1024 * 1024)
+        self.parts = ByteLRU(parts)
+        self.cache = ByteLRU(cache_bytes - parts)
 
     def _compute(self, pod: PodInput) -> str:
-        return compute_annotation(pod, self.policy)
+        # The parts shared by the replicas of a Deployment are kept in the same cache.
+        return compute_annotation(pod, self.policy, self.parts.get_or_compute, annotation_json)
 
     @staticmethod
     def _encode(shape: str, value: str) -> str:
@@ -89,7 +133,7 @@ class Mutator:
     def annotation(self, pod: Mapping[str, Any], namespace: str) -> str:
         key = pod_input(pod, namespace)
         # A Denial raised by the computation propagates and is not kept.
-        value: str = self.cache.get_or_compute(key, lambda: self._compute(key))
+        value: str = self.cache.get_or_compute(key, lambda: self._compute(key), pod_input_size)
         return value
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:

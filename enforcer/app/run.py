@@ -389,3 +389,12 @@ async def _reconcile_until_done(
         except StateWriteFailed:
             pass  # rolled back; the store has said why, once: retried until a write works
         await asyncio.sleep(RECONCILE_RETRY_SECONDS)
+
+
+def serve(options: RunOptions) -> int:
+    """`run` on uvloop's event loop (libuv): the relay's per-call cost, mostly the loop's own
+    work moving bytes between two sockets, is lower there than on asyncio's."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run(options))

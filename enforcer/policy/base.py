@@ -58,6 +58,78 @@ def resolve_cpu_sets(topology: Topology, config: PolicyConfig) -> tuple[CPUSet, 
     return available, reserved
 
 
+class AdmittedMap(dict[str, Admitted]):
+    """The admitted entries, keeping the union of their exclusive CPUs up to date as entries
+    come and go (a count of holders per CPU), so that a decision does not walk every
+    container on the machine to learn which CPUs are taken."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self._holders: dict[int, int] = {}
+        self._taken: CPUSet | None = CPUSet()
+        self.update(*args, **kwargs)
+
+    def _hold(self, cpus: CPUSet, step: int) -> None:
+        if not cpus:
+            return
+        holders = self._holders
+        for cpu in cpus:
+            count = holders.get(cpu, 0) + step
+            if count:
+                holders[cpu] = count
+            else:
+                del holders[cpu]
+        self._taken = None
+
+    def taken(self) -> CPUSet:
+        """CPUs held exclusively by some entry."""
+        if self._taken is None:
+            self._taken = CPUSet._checked(self._holders)
+        return self._taken
+
+    def __setitem__(self, key: str, value: Admitted) -> None:
+        old = super().get(key)
+        super().__setitem__(key, value)
+        self._hold(value.exclusive, 1)
+        if old is not None:
+            self._hold(old.exclusive, -1)
+
+    def __delitem__(self, key: str) -> None:
+        old = self[key]
+        super().__delitem__(key)
+        self._hold(old.exclusive, -1)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            old = super().pop(key)
+            self._hold(old.exclusive, -1)
+            return old
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Admitted]:
+        key, old = super().popitem()
+        self._hold(old.exclusive, -1)
+        return key, old
+
+    def clear(self) -> None:
+        super().clear()
+        self._holders.clear()
+        self._taken = CPUSet()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __ior__(self, other: Any) -> AdmittedMap:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+
 class Policy(ABC):
     """A policy's state is `admitted`: a key (pod uid/container) -> Admitted entry."""
 
@@ -69,7 +141,15 @@ class Policy(ABC):
         self.topology = topology
         self.config = config
         self.available, self.reserved = resolve_cpu_sets(topology, config)
-        self.admitted: dict[str, Admitted] = {}
+        self._admitted = AdmittedMap()
+
+    @property
+    def admitted(self) -> dict[str, Admitted]:
+        return self._admitted
+
+    @admitted.setter
+    def admitted(self, entries: dict[str, Admitted]) -> None:
+        self._admitted = AdmittedMap(entries)
 
     @abstractmethod
     def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
@@ -128,7 +208,7 @@ class Policy(ABC):
     @property
     def taken(self) -> CPUSet:
         """CPUs held exclusively by some container."""
-        return CPUSet().union(*(a.exclusive for a in self.admitted.values()))
+        return self._admitted.taken()
 
     # ----- `cpu.preserve` ----------------------------------------------------------------
     #

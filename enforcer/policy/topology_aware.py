@@ -781,7 +781,7 @@ def split_memory(topology: Topology, amount: int, nodes: Iterable[int]) -> dict[
 def _whole_cores(cores: Sequence[CPUSet], free: CPUSet, n: int) -> int:
     """How many of n CPUs can come as whole idle cores out of `free`, biggest cores first."""
     total = 0
-    for size in sorted((len(c) for c in cores if c <= free), reverse=True):
+    for size in sorted(map(len, filter(free.issuperset, cores)), reverse=True):
         if total + size <= n:
             total += size
             if total == n:

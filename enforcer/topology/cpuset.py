@@ -27,6 +27,11 @@ class CPUSet(frozenset[int]):
         return self
 
     @classmethod
+    def _checked(cls, ids: Iterable[int]) -> CPUSet:
+        """Made from ids already checked (those of CPUSets): no second look at each."""
+        return frozenset.__new__(cls, ids)
+
+    @classmethod
     def of(cls, *ids: int) -> CPUSet:
         return cls(ids)
 
@@ -66,7 +71,11 @@ class CPUSet(frozenset[int]):
 
     # frozenset's operators build a plain frozenset; wrap them so the type survives. Other
     # operands are left to their own reflected operation, as frozenset does.
+    # Results made only of ids from CPUSets are not checked again (a subset of self, or
+    # both operands CPUSets): set algebra on a 768-CPU machine stays at C speed.
     def __or__(self, other: Any) -> CPUSet:
+        if isinstance(other, CPUSet):
+            return CPUSet._checked(frozenset.__or__(self, other))
         if not isinstance(other, set | frozenset):
             return NotImplemented
         return CPUSet(frozenset.__or__(self, other))
@@ -74,14 +83,16 @@ class CPUSet(frozenset[int]):
     def __and__(self, other: Any) -> CPUSet:
         if not isinstance(other, set | frozenset):
             return NotImplemented
-        return CPUSet(frozenset.__and__(self, other))
+        return CPUSet._checked(frozenset.__and__(self, other))
 
     def __sub__(self, other: Any) -> CPUSet:
         if not isinstance(other, set | frozenset):
             return NotImplemented
-        return CPUSet(frozenset.__sub__(self, other))
+        return CPUSet._checked(frozenset.__sub__(self, other))
 
     def __xor__(self, other: Any) -> CPUSet:
+        if isinstance(other, CPUSet):
+            return CPUSet._checked(frozenset.__xor__(self, other))
         if not isinstance(other, set | frozenset):
             return NotImplemented
         return CPUSet(frozenset.__xor__(self, other))
@@ -96,13 +107,16 @@ class CPUSet(frozenset[int]):
         return CPUSet(i for i in other if i not in self)
 
     def union(self, *others: Iterable[Any]) -> CPUSet:
-        return CPUSet(frozenset.union(self, *others))
+        merged = frozenset.union(self, *others)
+        if all(isinstance(o, CPUSet) for o in others):
+            return CPUSet._checked(merged)
+        return CPUSet(merged)
 
     def intersection(self, *others: Iterable[Any]) -> CPUSet:
-        return CPUSet(frozenset.intersection(self, *others))
+        return CPUSet._checked(frozenset.intersection(self, *others))
 
     def difference(self, *others: Iterable[Any]) -> CPUSet:
-        return CPUSet(frozenset.difference(self, *others))
+        return CPUSet._checked(frozenset.difference(self, *others))
 
     def symmetric_difference(self, other: Iterable[Any]) -> CPUSet:
         return CPUSet(frozenset.symmetric_difference(self, other))

@@ -113,3 +113,16 @@ def test_helpers() -> None:
     assert type(pickle.loads(pickle.dumps(cpus))) is CPUSet
     assert not CPUSet()
     assert str(CPUSet.parse("")) == ""
+
+
+def test_ids_from_outside_are_checked_in_every_operation() -> None:
+    # Results made only of CPUSets' ids skip the check; anything else still gets it.
+    cpus = CPUSet.of(1, 2)
+    for bad in ({-1}, {7.5}, frozenset({"3"})):
+        with pytest.raises(ValueError):
+            cpus | bad  # type: ignore[operator]
+        with pytest.raises(ValueError):
+            cpus.union(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            cpus ^ bad  # type: ignore[operator]
+    assert cpus & {2, -1} == CPUSet.of(2) and cpus - {1, "x"} == CPUSet.of(2)

@@ -97,3 +97,18 @@ def test_python_client_closed_and_open_loop(
     assert latencies and errors == 0
     latencies, errors, _ = asyncio.run(_open_loop(plain_server.port, tls_context, raw, 50, 0.3, 2))
     assert len(latencies) == 15 and errors == 0
+
+
+def test_every_request_of_the_distinct_mode_is_a_new_pod() -> None:
+    """The figure with a distinct pod in every request is not made by the cache."""
+    from bench.webhook import distinct_body, distinct_template
+
+    template = distinct_template()
+    mutator = Mutator()
+    patches = set()
+    for n in range(1, 6):
+        result = review(distinct_body(template, n), mutator)
+        response = json.loads(result.body)["response"]
+        assert result.status == 200 and response["uid"].startswith(f"{n:08x}-")
+        patches.add(response["patch"])
+    assert len(patches) == 5  # five annotations computed, none answered from memory

@@ -65,3 +65,21 @@ def test_serve_takes_cache_bytes_as_a_quantity(value: str, ok: bool) -> None:
     assert out.returncode == (1 if ok else 2), out.stderr
     if not ok:
         assert "--cache-bytes" in out.stderr
+
+
+def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
+    from resource_contract.pod_annotation import pod_input
+    from webhook.mutation import pod_input_size
+
+    pods = [
+        pod([container("app")]),
+        pod([container(f"c{i}", {"cpu": "1", "memory": 7}, {"cpu": 1.5}) for i in range(40)]),
+        pod(
+            [container("app", {"cpu": "250m"})],
+            annotations={"rdtclass.resource-enforcer.dev/pod": "gold", "other": "x"},
+        ),
+    ]
+    pods[2]["spec"]["initContainers"] = [container("init", {"cpu": "100m"}, {"cpu": "1"})]
+    for p in pods:
+        key = pod_input(p, "shop")
+        assert pod_input_size(key) == deep_size(key)

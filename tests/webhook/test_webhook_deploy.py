@@ -200,6 +200,9 @@ def test_dockerfile_installs_only_the_webhooks_dependencies() -> None:
     for needed in (
         "fastapi",
         "uvicorn",
+        "uvloop",
+        "httptools",
+        "msgspec",
         "pydantic",
         "cryptography",
         "prometheus-client",

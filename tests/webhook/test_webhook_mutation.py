@@ -500,3 +500,15 @@ def test_annotation_is_deterministic_json() -> None:
     assert value == build_annotation(copy.deepcopy(p), namespace="shop", policy=OPEN)
     assert list(json.loads(value)["containers"]) == ["b", "a"]  # spec order
     assert list(json.loads(value)["containers"]["b"]["requests"]) == ["memory", "cpu"]
+
+
+_TEXT = st.text(alphabet=st.characters(max_codepoint=0x2FF), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_TEXT, st.dictionaries(_TEXT, _TEXT | st.dictionaries(_TEXT, _TEXT))))
+def test_the_fast_annotation_encoder_writes_what_json_dumps_writes(value: dict) -> None:
+    from resource_contract.pod_annotation import compact_json
+    from webhook.mutation import annotation_json
+
+    assert annotation_json(value) == compact_json(value)

@@ -317,6 +317,23 @@ def test_bad_content_length_is_400(server: WebhookServer, tls_context: ssl.SSLCo
     assert answer.startswith(b"HTTP/1.1 400")  # h11 refuses it before the app sees it
 
 
+def test_request_head_over_16_kib_is_431_and_closed(
+    server: WebhookServer, tls_context: ssl.SSLContext
+) -> None:
+    """httptools keeps a header line in memory until it ends: the head is bounded in bytes."""
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        tls_context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nX-Pad: ")
+        for _ in range(8):
+            tls.sendall(b"a" * 4096)  # one header line that never ends
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431")
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [("GET", "/mutate", 405), ("GET", "/nope", 404), ("DELETE", "/", 405)],
