@@ -214,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "nri":
         setup_logging(args.log_level, args.log_format)
         from enforcer.app.nri import serve_nri
+        from enforcer.app.run import on_uvloop
 
-        return asyncio.run(
+        return on_uvloop(
             serve_nri(
                 RunOptions(
                     nri_socket=args.nri_socket,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -394,7 +395,12 @@ async def _reconcile_until_done(
 def serve(options: RunOptions) -> int:
     """`run` on uvloop's event loop (libuv): the relay's per-call cost, mostly the loop's own
     work moving bytes between two sockets, is lower there than on asyncio's."""
+    return on_uvloop(run(options))
+
+
+def on_uvloop(main: Coroutine[Any, Any, int]) -> int:
+    """Runs a daemon's main coroutine on uvloop (both modes: `run` and `nri`)."""
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run(options))
+        return runner.run(main)
