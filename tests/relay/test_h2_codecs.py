@@ -11,16 +11,16 @@ import tracemalloc
 
 import hpack
 import pytest
-from hyperframe.frame import Frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enforcer.relay.h2.framing import (
+    REFUSED,
     ConnectionError_,
     ErrorCode,
     FrameReader,
     FrameWriter,
-    InvalidFrame,
+    Received,
     StreamError,
 )
 from enforcer.relay.h2.header_codec import HeaderBlockError, HeaderDecoder, HeaderEncoder
@@ -43,7 +43,7 @@ def test_reader_reassembles_frames_across_any_split(payloads: list[bytes], cuts:
     wire = b"".join(fr.data_frame(2 * i + 1, p) for i, p in enumerate(payloads))
     wire += fr.ping_frame(b"12345678") * 2  # memoized the second time
     reader = FrameReader()
-    got: list[Frame] = []
+    got: list[Received] = []
     pos = 0
     for cut in [*cuts, len(wire)]:
         got += reader.feed(memoryview(wire[pos : pos + cut]))
@@ -51,19 +51,36 @@ def test_reader_reassembles_frames_across_any_split(payloads: list[bytes], cuts:
         if pos >= len(wire):
             break
     got += reader.feed(wire[pos:]) if pos < len(wire) else []
-    assert [f.data for f in got[: len(payloads)]] == payloads  # type: ignore[attr-defined]
-    assert [f.stream_id for f in got[: len(payloads)]] == [2 * i + 1 for i in range(len(payloads))]
-    assert [f.opaque_data for f in got[len(payloads) :]] == [b"12345678"] * 2  # type: ignore[attr-defined]
+    assert [f[4] for f in got[: len(payloads)]] == payloads
+    assert [f[1] for f in got[: len(payloads)]] == [2 * i + 1 for i in range(len(payloads))]
+    assert [f[3] for f in got[: len(payloads)]] == [len(p) for p in payloads]
+    assert [f[4].opaque_data for f in got[len(payloads) :]] == [b"12345678"] * 2
 
 
-def test_reader_memoizes_connection_control_frames_only() -> None:
+def test_reader_memoizes_small_control_frames_by_their_bytes() -> None:
     reader = FrameReader()
     a, b = reader.feed(fr.window_update_frame(0, 40) * 2)
-    assert a is b and a.window_increment == 40  # type: ignore[attr-defined]
-    c, d = reader.feed(fr.window_update_frame(1, 40) * 2)  # stream-level: parsed each time
-    assert c is not d
+    assert a[4] is b[4] and a[4].window_increment == 40
+    # A stream's WINDOW_UPDATE: the same parsed frame for another stream, its own stream id.
+    c, d = reader.feed(fr.window_update_frame(1, 40) + fr.window_update_frame(3, 40))
+    assert c[4] is d[4] and (c[1], d[1]) == (1, 3) and c[4] is not a[4]
     e, g = reader.feed(fr.ping_frame(b"abcdefgh") + fr.ping_frame(b"abcdefgh", ack=True))
-    assert e is not g and "ACK" in g.flags and "ACK" not in e.flags
+    assert e[4] is not g[4] and "ACK" in g[2] and "ACK" not in e[2]
+
+
+def test_reader_hands_out_hyperframes_reading_of_payload_frames() -> None:
+    """DATA, HEADERS, CONTINUATION: flags and payload as hyperframe reads them, padding and
+    priority fields removed, the padded length counted."""
+    padded = fr.frame(fr.DATA, 0x8 | 0x1, 5, b"\x03abc\0\0\0")
+    prio = fr.frame(fr.HEADERS, 0x20 | 0x4, 7, b"\0\0\0\x03\x10" + b"\x82")
+    wire = fr.data_frame(1, b"xy", True) + padded + prio + fr.data_frame(3, b"z")
+    got = FrameReader().feed(wire)
+    assert [(f[0], f[1], f[2], f[3], f[4]) for f in got] == [
+        (fr.DATA, 1, frozenset({"END_STREAM"}), 2, b"xy"),
+        (fr.DATA, 5, frozenset({"END_STREAM", "PADDED"}), 7, b"abc"),
+        (fr.HEADERS, 7, frozenset({"END_HEADERS", "PRIORITY"}), 6, b"\x82"),
+        (fr.DATA, 3, frozenset(), 1, b"z"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -82,13 +99,21 @@ def test_reader_memoizes_connection_control_frames_only() -> None:
 )
 def test_reader_maps_refused_frames_to_rfc_errors(wire: bytes, error: type, code: ErrorCode):
     (bad,) = FrameReader().feed(wire + fr.ping_frame(b"12345678") * (error is StreamError))[:1]
-    assert isinstance(bad, InvalidFrame)
-    assert isinstance(bad.error, error) and bad.error.code == code
+    assert bad[0] == REFUSED
+    assert isinstance(bad[4], error) and bad[4].code == code
+
+
+def test_reader_refuses_a_data_frame_on_stream_0_after_valid_ones() -> None:
+    """The verdicts kept per frame kind tell stream 0 apart."""
+    reader = FrameReader()
+    assert reader.feed(fr.data_frame(1, b"a"))[0][0] == fr.DATA
+    (bad,) = reader.feed(fr.frame(fr.DATA, 0, 0, b"a"))
+    assert bad[0] == REFUSED and bad[4].code == ErrorCode.PROTOCOL_ERROR
 
 
 def test_reader_skips_unknown_frame_types() -> None:
     (ext, ping) = FrameReader().feed(fr.frame(0xEE, 0, 0, b"xyz") + fr.ping_frame(b"12345678"))
-    assert ext.type == 0xEE and ping.opaque_data == b"12345678"  # type: ignore[attr-defined]
+    assert ext[0] == 0xEE and ping[4].opaque_data == b"12345678"
 
 
 @given(st.binary(max_size=50_000), st.booleans(), st.integers(1, 40))

@@ -82,9 +82,10 @@ class _FlowControl:
             if delta > 0 and h.queue:
                 self._drain(h)
 
-    def _on_window_update(self, frame: WindowUpdateFrame) -> None:
+    def _on_window_update(
+        self, sid: int, flags: frozenset[str], length: int, frame: WindowUpdateFrame
+    ) -> None:
         increment = frame.window_increment
-        sid = frame.stream_id
         if not sid:
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
