@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from enforcer.relay.h2.flow import header_list_size
 from enforcer.relay.h2.framing import (
     REFUSED,
     ConnectionError_,
@@ -23,7 +24,12 @@ from enforcer.relay.h2.framing import (
     Received,
     StreamError,
 )
-from enforcer.relay.h2.header_codec import HeaderBlockError, HeaderDecoder, HeaderEncoder
+from enforcer.relay.h2.header_codec import (
+    HeaderBlockError,
+    HeaderDecoder,
+    HeaderEncoder,
+    SharedHeaders,
+)
 from tests.relay import h2wire as fr
 
 names = st.sampled_from([b":path", b"content-type", b"grpc-timeout", b"x-a", b"x-b", b"te"])
@@ -101,6 +107,19 @@ def test_reader_maps_refused_frames_to_rfc_errors(wire: bytes, error: type, code
     (bad,) = FrameReader().feed(wire + fr.ping_frame(b"12345678") * (error is StreamError))[:1]
     assert bad[0] == REFUSED
     assert isinstance(bad[4], error) and bad[4].code == code
+
+
+def test_reader_offers_only_plain_data_frames_as_they_came() -> None:
+    """A DATA frame is offered for passing on unchanged (``raw``) only with no flag but
+    END_STREAM and the reserved bit clear."""
+    plain = fr.data_frame(3, b"abc", True)
+    odd_flag = fr.frame(fr.DATA, 0x2, 3, b"abc")
+    reserved = fr.frame_header(fr.DATA, 0, 3, 3)[:5] + (0x80000003).to_bytes(4, "big") + b"abc"
+    reader = FrameReader()
+    got = reader.feed(plain * 2 + odd_flag * 2 + reserved * 2)
+    assert [f[4] for f in got] == [b"abc"] * 6
+    # (the first plain one may have been parsed whole, to learn hyperframe's verdict)
+    assert [f[5] for f in got[1:]] == [plain, None, None, None, None]
 
 
 def test_reader_refuses_a_data_frame_on_stream_0_after_valid_ones() -> None:
@@ -190,3 +209,34 @@ def test_encoder_keeps_an_owed_update_when_the_peer_repeats_its_setting() -> Non
     encoder.peer_table_size(0)
     encoder.peer_table_size(0)  # the same SETTINGS again before the next block
     assert encoder.encode([(b"x-a", b"1")])[0] & 0xE0 == 0x20
+
+
+def test_shared_header_lists_keep_their_encoding_and_size() -> None:
+    """A block the decoder memoizes comes back as the same list, whose encoding is made once
+    and is the same as a plain list's; its size is RFC 9113's."""
+    encoder = hpack.Encoder()
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    decoder = HeaderDecoder()
+    decoder.decode(encoder.encode(headers))  # indexes both fields
+    block = encoder.encode(headers)
+    first, again = decoder.decode(block), decoder.decode(block)
+    assert first is again and isinstance(first, SharedHeaders)
+    assert (
+        first.size == header_list_size(list(first)) == sum(len(a) + len(b) + 32 for a, b in headers)
+    )
+    ours = HeaderEncoder()
+    encoded = ours.encode(first)
+    assert ours.encode(first) is encoded and encoded == HeaderEncoder().encode(list(first))
+    assert hpack.Decoder().decode(encoded, raw=True) == headers
+
+
+def test_decoder_memo_is_bounded_in_bytes() -> None:
+    encoder = hpack.Encoder()
+    decoder = HeaderDecoder()
+    big = [(f"x-{i}".encode(), bytes([65 + i]) * 1000) for i in range(30)]
+    encoder.header_table_size = decoder._decoder.max_allowed_table_size = 1 << 16
+    decoder.decode(encoder.encode(big))
+    for n in range(1, 31):  # distinct all-indexed blocks, each up to ~31 KiB of headers
+        block = encoder.encode(big[:n])
+        assert decoder.decode(block) == big[:n]
+        assert decoder._memo_bytes <= 64 << 10

@@ -155,7 +155,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self._paused_by: set[_Endpoint] = set()
         self.writing_paused = False
         self._handlers: list[Callable[[int, Flags, int, Any], None]] = [
-            self._on_data,
+            self._on_data_frame,
             self._on_headers,
             self._on_priority,
             self._on_rst_stream,
@@ -236,12 +236,15 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def data_received(self, data: bytes | memoryview) -> None:
         handlers = self._handlers
         try:
-            for ftype, sid, flags, length, body in self.reader.feed(data):
+            for ftype, sid, flags, length, body, raw in self.reader.feed(data):
                 if self._hdr_sid and ftype != CONTINUATION:
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
                 if 0 <= ftype < 10:
                     try:
-                        handlers[ftype](sid, flags, length, body)
+                        if ftype:
+                            handlers[ftype](sid, flags, length, body)
+                        else:
+                            self._on_data(sid, flags, length, body, raw)
                     except StreamError as exc:
                         self._stream_error(exc)
                 elif ftype == REFUSED:  # a frame hyperframe refused
@@ -261,8 +264,11 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             self.connection_error(ErrorCode.INTERNAL_ERROR, f"relay internal error: {exc}")
         self.relay.flush()
 
-    def _on_data(self, sid: int, flags: Flags, flow: int, payload: bytes) -> None:
-        # ``flow``: the whole payload counts, padding included.
+    def _on_data(
+        self, sid: int, flags: Flags, flow: int, payload: bytes, raw: bytes | None
+    ) -> None:
+        # ``flow``: the whole payload counts, padding included. ``raw``: the frame as it came,
+        # when it may be passed on unchanged (framing.Received).
         window = self.recv_window - flow
         if window < 0:
             raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window exceeded")
@@ -283,7 +289,10 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             raise StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window exceeded")
         if flow != len(payload):
             h.credit(flow - len(payload))  # padding is consumed here
-        h.stream.on_data(h, payload, "END_STREAM" in flags)
+        h.stream.on_data(h, payload, "END_STREAM" in flags, raw)
+
+    def _on_data_frame(self, sid: int, flags: Flags, flow: int, payload: bytes) -> None:
+        self._on_data(sid, flags, flow, payload, None)  # (data_received calls _on_data)
 
     def credit_connection(self, n: int) -> None:
         """``n`` received bytes were passed on or dropped: re-open our connection window.

@@ -132,8 +132,10 @@ def _refused(
 # (bytes, padding and priority fields removed), for every other type hyperframe's parsed
 # ``Frame`` (possibly shared with earlier frames of the same bytes: never change it, and take
 # the stream id from the tuple), and for a frame hyperframe refused (type REFUSED) the
-# ConnectionError_ or StreamError it stands for.
-Received = tuple[int, int, frozenset[str], int, Any]
+# ConnectionError_ or StreamError it stands for. ``raw``: for a DATA frame that may be passed
+# on exactly as it came (no padding, no flags but END_STREAM, reserved bit clear), the
+# frame's bytes (the payload is a view of them); None otherwise.
+Received = tuple[int, int, frozenset[str], int, Any, bytes | None]
 REFUSED = -1
 _NO_FLAGS: frozenset[str] = frozenset()
 
@@ -196,15 +198,15 @@ class FrameReader:
         verdicts = _VERDICTS
         unpack = _HEADER.unpack_from
         while end - pos >= 9:
-            high, low, ftype, fbits, sid = unpack(view, pos)
+            high, low, ftype, fbits, field = unpack(view, pos)
             length = (high << 8) + low
-            sid &= 0x7FFFFFFF
+            sid = field & 0x7FFFFFFF
             if length > limit:
                 self.broken = True
                 error = ConnectionError_(
                     ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {limit}"
                 )
-                frames.append((REFUSED, 0, _NO_FLAGS, length, error))
+                frames.append((REFUSED, 0, _NO_FLAGS, length, error, None))
                 return frames
             stop = pos + 9 + length
             if stop > end:
@@ -213,7 +215,13 @@ class FrameReader:
             if ftype in _PAYLOAD_TYPES and not fbits & _PAD_OR_PRIORITY:
                 flags = verdicts.get((ftype << 9) | (fbits << 1) | (sid != 0))
                 if flags is not None:
-                    frames.append((ftype, sid, flags, length, view[pos + 9 : stop].tobytes()))
+                    if ftype == DATA and fbits <= 1 and field == sid:
+                        raw = view[pos:stop].tobytes()
+                        frames.append((DATA, sid, flags, length, memoryview(raw)[9:], raw))
+                    else:
+                        frames.append(
+                            (ftype, sid, flags, length, view[pos + 9 : stop].tobytes(), None)
+                        )
                     pos = stop
                     continue
             got = self._parse(view, pos, stop, ftype, fbits, sid, length)
@@ -239,25 +247,25 @@ class FrameReader:
             key = view[pos : pos + 5].tobytes() + (b"\1" if sid else b"\0") + view[pos + 9 : stop]
             seen = self._memo.get(key)
             if seen is not None:
-                return (ftype, sid, seen[0], length, seen[1])
+                return (ftype, sid, seen[0], length, seen[1], None)
         try:
             frame, _ = _parse_header(view[pos : pos + 9])
             frame.parse_body(view[pos + 9 : stop])
         except HyperframeError as exc:  # a stream id the type does not allow, a bad body
             if ftype > CONTINUATION:  # an extension frame we cannot read: ignored
                 return None
-            return (REFUSED, sid, _NO_FLAGS, length, _refused(ftype, fbits, sid, exc))
+            return (REFUSED, sid, _NO_FLAGS, length, _refused(ftype, fbits, sid, exc), None)
         flags = frozenset(frame.flags)
         if ftype in _PAYLOAD_TYPES:
             if not fbits & _PAD_OR_PRIORITY:
                 _VERDICTS[(ftype << 9) | (fbits << 1) | (sid != 0)] = flags
-            return (ftype, sid, flags, length, frame.data)  # type: ignore[attr-defined]
+            return (ftype, sid, flags, length, frame.data, None)  # type: ignore[attr-defined]
         if key is not None:
             memo = self._memo
             if len(memo) >= _MEMO_ENTRIES:
                 memo.clear()
             memo[key] = (flags, frame)
-        return (ftype, sid, flags, length, frame)
+        return (ftype, sid, flags, length, frame, None)
 
 
 _END_STREAM = ("END_STREAM",)
