@@ -149,7 +149,9 @@ _PAYLOAD_TYPES = frozenset((DATA, HEADERS, CONTINUATION))
 _PAD_OR_PRIORITY = _FLAG_PADDED | 0x20
 # hyperframe's verdict on a frame header (parse_frame_header: the frame class and its flag
 # names, or an error for a stream id its type does not allow) depends on the type, the flags
-# byte and whether the stream id is 0, nothing else: kept per (type, flags, sid != 0).
+# byte and whether the stream id is 0, nothing else. Kept for the payload types without
+# PADDED and PRIORITY, by type and flags, for stream ids other than 0 (on stream 0 they are
+# refused: hyperframe is asked every time).
 _VERDICTS: dict[int, frozenset[str]] = {}
 # Small control frames come back byte for byte (gRPC's BDP ping, the same window increment
 # after every call, a stream's WINDOW_UPDATE): the reader keeps a few parsed ones, keyed by
@@ -157,6 +159,7 @@ _VERDICTS: dict[int, frozenset[str]] = {}
 # hands the same (never changed) frame out again.
 _MEMO_MAX_BODY = 16
 _MEMO_ENTRIES = 64
+_MISS: tuple[None, None, frozenset[str]] = (None, None, frozenset())
 
 
 class FrameReader:
@@ -174,7 +177,9 @@ class FrameReader:
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
         self._buf = bytearray()
         self._need = 9
-        self._memo: dict[bytes, tuple[frozenset[str], Frame]] = {}
+        # By a frame's bytes without its stream id: (the frame parsed with stream id 0, with
+        # another one, its flags); hyperframe's verdict depends on the id only being 0 or not.
+        self._memo: dict[bytes, tuple[Frame | None, Frame | None, frozenset[str]]] = {}
         self.max_frame_size = max_frame_size
         self.broken = False
 
@@ -187,15 +192,18 @@ class FrameReader:
             buf += data
             if len(buf) < self._need:
                 return []
-            view = memoryview(bytes(buf))
+            view = bytes(buf)
             buf.clear()
         else:
-            view = memoryview(data)
+            # One copy of what was read: slicing bytes is one step a frame, where slicing
+            # the transport's (reused) buffer would be a view and then a copy.
+            view = bytes(data)
         frames: list[Received] = []
         pos = 0
         end = len(view)
         limit = self.max_frame_size
         verdicts = _VERDICTS
+        memo = self._memo
         unpack = _HEADER.unpack_from
         while end - pos >= 9:
             high, low, ftype, fbits, field = unpack(view, pos)
@@ -212,16 +220,18 @@ class FrameReader:
             if stop > end:
                 self._need = 9 + length
                 break
-            if ftype in _PAYLOAD_TYPES and not fbits & _PAD_OR_PRIORITY:
-                flags = verdicts.get((ftype << 9) | (fbits << 1) | (sid != 0))
-                if flags is not None:
-                    if ftype == DATA and fbits <= 1 and field == sid:
-                        raw = view[pos:stop].tobytes()
-                        frames.append((DATA, sid, flags, length, memoryview(raw)[9:], raw))
-                    else:
-                        frames.append(
-                            (ftype, sid, flags, length, view[pos + 9 : stop].tobytes(), None)
-                        )
+            if sid and (flags := verdicts.get((ftype << 8) | fbits)) is not None:
+                if not ftype and fbits <= 1 and field == sid:  # DATA that may pass as it is
+                    raw = view[pos:stop]
+                    frames.append((DATA, sid, flags, length, memoryview(raw)[9:], raw))
+                else:
+                    frames.append((ftype, sid, flags, length, view[pos + 9 : stop], None))
+                pos = stop
+                continue
+            if length <= _MEMO_MAX_BODY and ftype not in _PAYLOAD_TYPES:  # seen before?
+                seen = memo.get(view[pos : pos + 5] + view[pos + 9 : stop], _MISS)
+                if seen[sid != 0] is not None:
+                    frames.append((ftype, sid, seen[2], length, seen[sid != 0], None))
                     pos = stop
                     continue
             got = self._parse(view, pos, stop, ftype, fbits, sid, length)
@@ -239,32 +249,29 @@ class FrameReader:
         return frames
 
     def _parse(
-        self, view: memoryview, pos: int, stop: int, ftype: int, fbits: int, sid: int, length: int
+        self, view: bytes, pos: int, stop: int, ftype: int, fbits: int, sid: int, length: int
     ) -> Received | None:
         """One frame through hyperframe (header and body); None for an unknown type it refused."""
-        key = None
-        if length <= _MEMO_MAX_BODY and ftype not in _PAYLOAD_TYPES:
-            key = view[pos : pos + 5].tobytes() + (b"\1" if sid else b"\0") + view[pos + 9 : stop]
-            seen = self._memo.get(key)
-            if seen is not None:
-                return (ftype, sid, seen[0], length, seen[1], None)
         try:
-            frame, _ = _parse_header(view[pos : pos + 9])
-            frame.parse_body(view[pos + 9 : stop])
+            frame, _ = _parse_header(memoryview(view[pos : pos + 9]))
+            frame.parse_body(memoryview(view[pos + 9 : stop]))
         except HyperframeError as exc:  # a stream id the type does not allow, a bad body
             if ftype > CONTINUATION:  # an extension frame we cannot read: ignored
                 return None
             return (REFUSED, sid, _NO_FLAGS, length, _refused(ftype, fbits, sid, exc), None)
         flags = frozenset(frame.flags)
         if ftype in _PAYLOAD_TYPES:
-            if not fbits & _PAD_OR_PRIORITY:
-                _VERDICTS[(ftype << 9) | (fbits << 1) | (sid != 0)] = flags
+            if not fbits & _PAD_OR_PRIORITY:  # (payload types are never on stream 0)
+                _VERDICTS[(ftype << 8) | fbits] = flags
             return (ftype, sid, flags, length, frame.data, None)  # type: ignore[attr-defined]
-        if key is not None:
+        if length <= _MEMO_MAX_BODY:
             memo = self._memo
-            if len(memo) >= _MEMO_ENTRIES:
+            key = view[pos : pos + 5] + view[pos + 9 : stop]
+            seen = memo.get(key, _MISS)
+            if seen is _MISS and len(memo) >= _MEMO_ENTRIES:
                 memo.clear()
-            memo[key] = (flags, frame)
+            # (frame for stream 0, frame for any other stream, flags)
+            memo[key] = (frame, seen[1], flags) if not sid else (seen[0], frame, flags)
         return (ftype, sid, flags, length, frame, None)
 
 
