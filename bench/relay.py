@@ -8,13 +8,16 @@ persisted as in production). Measures, in alternating rounds so machine noise hi
 p50/p99 of Version, ListContainers and ContainerStatus with 1 and 8 concurrent clients
 (threads sharing one channel, as kubelet shares one connection); and container cycles
 (CreateContainer, StartContainer, StopContainer, RemoveContainer) in a running pod, with
-CreateContainer timed on its own. Prints a table and the ratios; writes bench/results/relay.json.
+CreateContainer timed on its own. Also the relay process's CPU time (user + system, read from
+/proc) per relayed call of each unary case: the figure least disturbed by other work on the
+machine. Prints a table and the ratios; writes bench/results/relay.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -29,6 +32,13 @@ from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import manifest, sleeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -116,14 +126,20 @@ def main(argv: list[str]) -> int:
                 side: unary_cases(k.runtime, pods[side].container_id("app"))
                 for side, k in sides.items()
             }
+            assert enforcer.proc is not None
+            pid = enforcer.proc.pid
             for clients in (1, 8):
                 for name in cases["direct"]:
                     samples: dict[str, list[float]] = {"direct": [], "relay": []}
+                    relay_cpu = 0.0
                     for _ in range(args.rounds):
                         for side in ("direct", "relay"):
                             call = cases[side][name]
                             timed_calls(call, 50, clients)  # warm-up
+                            before = cpu_seconds(pid)
                             samples[side] += timed_calls(call, args.calls // args.rounds, clients)
+                            if side == "relay":
+                                relay_cpu += cpu_seconds(pid) - before
                     key = f"{name} x{clients}"
                     results[key] = {
                         f"{side}_{stat}_us": round(percentile(s, q) * 1e6)
@@ -133,6 +149,9 @@ def main(argv: list[str]) -> int:
                     results[key]["p50_ratio"] = round(
                         statistics.median(samples["relay"]) / statistics.median(samples["direct"]),
                         2,
+                    )
+                    results[key]["relay_cpu_us_per_call"] = round(
+                        relay_cpu / len(samples["relay"]) * 1e6
                     )
             creates: dict[str, list[float]] = {"direct": [], "relay": []}
             cycles: dict[str, list[float]] = {"direct": [], "relay": []}
