@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from enforcer.relay.h2 import header_codec
 from enforcer.relay.h2.flow import header_list_size
 from enforcer.relay.h2.framing import (
     REFUSED,
@@ -191,6 +192,13 @@ def test_encoder_never_indexes_and_round_trips(headers: list[tuple[bytes, bytes]
         block = encoder.encode(headers)
         assert list(decoder.decode(block, raw=True)) == headers
         assert decoder.header_table_size == 4096 and len(decoder.header_table.dynamic_entries) == 0
+
+
+def test_encoder_memo_keeps_fields_that_repeat_not_deadlines() -> None:
+    """grpc-timeout differs in nearly every call: kept, it would only push the others out."""
+    HeaderEncoder().encode([(b"x-kept", b"1"), (b"grpc-timeout", b"1999871u")])
+    assert (b"x-kept", b"1") in header_codec._FIELD_MEMO
+    assert (b"grpc-timeout", b"1999871u") not in header_codec._FIELD_MEMO
 
 
 def test_encoder_announces_a_smaller_table_after_the_peers_setting() -> None:

@@ -153,7 +153,8 @@ class HeaderEncoder:
         global _field_memo_bytes
         encoded = self._encoder.add((name, value), sensitive=True, huffman=False)
         cost = len(name) + len(value) + len(encoded)
-        if cost <= _FIELD_MEMO_MAX_FIELD:
+        # grpc-timeout is the time left, different in (nearly) every call: never memoized.
+        if cost <= _FIELD_MEMO_MAX_FIELD and name != b"grpc-timeout":
             if _field_memo_bytes + cost > _FIELD_MEMO_MAX_BYTES:
                 _FIELD_MEMO.clear()
                 _field_memo_bytes = 0
