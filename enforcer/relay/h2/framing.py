@@ -1,10 +1,16 @@
 """HTTP/2 framing for the relay, on ``hyperframe``: the RFC's codes, a frame reader, frame builders.
 
-hyperframe parses and serializes every frame (its ``Frame`` classes are what the endpoints
-handle). What is here is the relay's glue: the RFC 9113 error codes and settings as enums, the
-two exceptions that carry an error code (a connection error, a stream error), a reader that
-cuts a byte stream into hyperframe frames and turns hyperframe's complaints into those errors,
-and builders that return ready-to-write ``bytes``.
+hyperframe parses and serializes the frames. What is here is the relay's glue: the RFC 9113
+error codes and settings as enums, the two exceptions that carry an error code (a connection
+error, a stream error), a reader that cuts a byte stream into frames and turns hyperframe's
+complaints into those errors, and builders that return ready-to-write ``bytes``.
+
+The reader is on every relayed call's path, nine frames a call, so it asks hyperframe once
+for what it can keep: its verdict on a DATA, HEADERS or CONTINUATION header (which depends
+only on the type, the flags and whether the stream id is 0), and its parse of a small control
+frame (by the frame's bytes, the stream id aside). A payload frame without padding or priority
+fields is then handed out as its payload, with no ``Frame`` object built for it; a plain DATA
+frame also as the bytes it came in, which the other side can send on unchanged.
 """
 
 from __future__ import annotations
