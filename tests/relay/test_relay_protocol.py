@@ -80,7 +80,7 @@ def test_request_over_continuation_padding_and_priority(
 
 def test_stream_ids_are_mapped(client: Callable[..., Peer], upstream: FakeUpstream) -> None:
     peer = client()
-    for sid in (1, 7, 41):  # gaps in the client's ids are allowed; ours upstream are 1, 3, 5
+    for sid in (1, 7, 41):  # gaps in the client's ids are allowed (kept upstream: see below)
         peer.headers(sid, request_headers(ECHO))
         peer.data(sid, grpc_message(b"%d" % sid), end=True)
         frames = peer.frames_until(lambda f, s=sid: f[2] == s and f[1] & fr.FLAG_END_STREAM)
