@@ -132,15 +132,15 @@ def _refused(
     return ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, message)  # a body of the wrong length
 
 
-# What the reader hands out for each frame: (type, stream id, flags, length, body).
+# What the reader hands out for each frame: (type, stream id, flags, length, body, raw).
 # ``flags`` are hyperframe's flag names; ``length`` is the payload length of the frame header
 # (what flow control counts); ``body`` is, for DATA, HEADERS and CONTINUATION, the payload
-# (bytes, padding and priority fields removed), for every other type hyperframe's parsed
-# ``Frame`` (possibly shared with earlier frames of the same bytes: never change it, and take
-# the stream id from the tuple), and for a frame hyperframe refused (type REFUSED) the
-# ConnectionError_ or StreamError it stands for. ``raw``: for a DATA frame that may be passed
-# on exactly as it came (no padding, no flags but END_STREAM, reserved bit clear), the
-# frame's bytes (the payload is a view of them); None otherwise.
+# (bytes, or a memoryview of ``raw``; padding and priority fields removed), for every other
+# type hyperframe's parsed ``Frame`` (possibly shared with earlier frames of the same bytes:
+# never change it, and take the stream id from the tuple), and for a frame hyperframe refused
+# (type REFUSED) the ConnectionError_ or StreamError it stands for. ``raw``: for a DATA frame
+# that may be passed on exactly as it came (no padding, no flags but END_STREAM, reserved bit
+# clear), the frame's bytes; None otherwise.
 Received = tuple[int, int, frozenset[str], int, Any, bytes | None]
 REFUSED = -1
 _NO_FLAGS: frozenset[str] = frozenset()
