@@ -8,7 +8,9 @@ persisted as in production). Measures, in alternating rounds so machine noise hi
 p50/p99 of Version, ListContainers and ContainerStatus with 1 and 8 concurrent clients
 (threads sharing one channel, as kubelet shares one connection); and container cycles
 (CreateContainer, StartContainer, StopContainer, RemoveContainer) in a running pod, with
-CreateContainer timed on its own. Prints a table and the ratios; writes bench/results/relay.json.
+CreateContainer timed on its own. Also the relay process's CPU time (user + system, read from
+/proc) per relayed call of each unary case: the figure least disturbed by other work on the
+machine. Prints a table and the ratios; writes bench/results/relay.json.
 
 With Go (bench/baselines, `bench.gobuild`), first the passthrough as kubelet drives it: the Go
 CRI client, unary calls on one connection, 1 and 8 at once, against containerd directly, the
@@ -37,6 +39,13 @@ from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import manifest, sleeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -95,11 +104,6 @@ def pin_process(pid: int, cpu: int) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):
             os.sched_setaffinity(int(tid), {cpu})
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -286,14 +290,20 @@ def main(argv: list[str]) -> int:
                 side: unary_cases(k.runtime, pods[side].container_id("app"))
                 for side, k in sides.items()
             }
+            assert enforcer.proc is not None
+            pid = enforcer.proc.pid
             for clients in (1, 8):
                 for name in cases["direct"]:
                     samples: dict[str, list[float]] = {"direct": [], "relay": []}
+                    relay_cpu = 0.0
                     for _ in range(args.rounds):
                         for side in ("direct", "relay"):
                             call = cases[side][name]
                             timed_calls(call, 50, clients)  # warm-up
+                            before = cpu_seconds(pid)
                             samples[side] += timed_calls(call, args.calls // args.rounds, clients)
+                            if side == "relay":
+                                relay_cpu += cpu_seconds(pid) - before
                     key = f"{name} x{clients} (Python client)"
                     results[key] = {
                         f"{side}_{stat}_us": round(percentile(s, q) * 1e6)
@@ -303,6 +313,9 @@ def main(argv: list[str]) -> int:
                     results[key]["p50_ratio"] = round(
                         statistics.median(samples["relay"]) / statistics.median(samples["direct"]),
                         2,
+                    )
+                    results[key]["relay_cpu_us_per_call"] = round(
+                        relay_cpu / len(samples["relay"]) * 1e6
                     )
             creates: dict[str, list[float]] = {"direct": [], "relay": []}
             cycles: dict[str, list[float]] = {"direct": [], "relay": []}

@@ -11,19 +11,26 @@ import tracemalloc
 
 import hpack
 import pytest
-from hyperframe.frame import Frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from enforcer.relay.h2 import header_codec
+from enforcer.relay.h2.flow import header_list_size
 from enforcer.relay.h2.framing import (
+    REFUSED,
     ConnectionError_,
     ErrorCode,
     FrameReader,
     FrameWriter,
-    InvalidFrame,
+    Received,
     StreamError,
 )
-from enforcer.relay.h2.header_codec import HeaderBlockError, HeaderDecoder, HeaderEncoder
+from enforcer.relay.h2.header_codec import (
+    HeaderBlockError,
+    HeaderDecoder,
+    HeaderEncoder,
+    SharedHeaders,
+)
 from tests.relay import h2wire as fr
 
 names = st.sampled_from([b":path", b"content-type", b"grpc-timeout", b"x-a", b"x-b", b"te"])
@@ -43,7 +50,7 @@ def test_reader_reassembles_frames_across_any_split(payloads: list[bytes], cuts:
     wire = b"".join(fr.data_frame(2 * i + 1, p) for i, p in enumerate(payloads))
     wire += fr.ping_frame(b"12345678") * 2  # memoized the second time
     reader = FrameReader()
-    got: list[Frame] = []
+    got: list[Received] = []
     pos = 0
     for cut in [*cuts, len(wire)]:
         got += reader.feed(memoryview(wire[pos : pos + cut]))
@@ -51,19 +58,36 @@ def test_reader_reassembles_frames_across_any_split(payloads: list[bytes], cuts:
         if pos >= len(wire):
             break
     got += reader.feed(wire[pos:]) if pos < len(wire) else []
-    assert [f.data for f in got[: len(payloads)]] == payloads  # type: ignore[attr-defined]
-    assert [f.stream_id for f in got[: len(payloads)]] == [2 * i + 1 for i in range(len(payloads))]
-    assert [f.opaque_data for f in got[len(payloads) :]] == [b"12345678"] * 2  # type: ignore[attr-defined]
+    assert [f[4] for f in got[: len(payloads)]] == payloads
+    assert [f[1] for f in got[: len(payloads)]] == [2 * i + 1 for i in range(len(payloads))]
+    assert [f[3] for f in got[: len(payloads)]] == [len(p) for p in payloads]
+    assert [f[4].opaque_data for f in got[len(payloads) :]] == [b"12345678"] * 2
 
 
-def test_reader_memoizes_connection_control_frames_only() -> None:
+def test_reader_memoizes_small_control_frames_by_their_bytes() -> None:
     reader = FrameReader()
     a, b = reader.feed(fr.window_update_frame(0, 40) * 2)
-    assert a is b and a.window_increment == 40  # type: ignore[attr-defined]
-    c, d = reader.feed(fr.window_update_frame(1, 40) * 2)  # stream-level: parsed each time
-    assert c is not d
+    assert a[4] is b[4] and a[4].window_increment == 40
+    # A stream's WINDOW_UPDATE: the same parsed frame for another stream, its own stream id.
+    c, d = reader.feed(fr.window_update_frame(1, 40) + fr.window_update_frame(3, 40))
+    assert c[4] is d[4] and (c[1], d[1]) == (1, 3) and c[4] is not a[4]
     e, g = reader.feed(fr.ping_frame(b"abcdefgh") + fr.ping_frame(b"abcdefgh", ack=True))
-    assert e is not g and "ACK" in g.flags and "ACK" not in e.flags
+    assert e[4] is not g[4] and "ACK" in g[2] and "ACK" not in e[2]
+
+
+def test_reader_hands_out_hyperframes_reading_of_payload_frames() -> None:
+    """DATA, HEADERS, CONTINUATION: flags and payload as hyperframe reads them, padding and
+    priority fields removed, the padded length counted."""
+    padded = fr.frame(fr.DATA, 0x8 | 0x1, 5, b"\x03abc\0\0\0")
+    prio = fr.frame(fr.HEADERS, 0x20 | 0x4, 7, b"\0\0\0\x03\x10" + b"\x82")
+    wire = fr.data_frame(1, b"xy", True) + padded + prio + fr.data_frame(3, b"z")
+    got = FrameReader().feed(wire)
+    assert [(f[0], f[1], f[2], f[3], f[4]) for f in got] == [
+        (fr.DATA, 1, frozenset({"END_STREAM"}), 2, b"xy"),
+        (fr.DATA, 5, frozenset({"END_STREAM", "PADDED"}), 7, b"abc"),
+        (fr.HEADERS, 7, frozenset({"END_HEADERS", "PRIORITY"}), 6, b"\x82"),
+        (fr.DATA, 3, frozenset(), 1, b"z"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -82,13 +106,34 @@ def test_reader_memoizes_connection_control_frames_only() -> None:
 )
 def test_reader_maps_refused_frames_to_rfc_errors(wire: bytes, error: type, code: ErrorCode):
     (bad,) = FrameReader().feed(wire + fr.ping_frame(b"12345678") * (error is StreamError))[:1]
-    assert isinstance(bad, InvalidFrame)
-    assert isinstance(bad.error, error) and bad.error.code == code
+    assert bad[0] == REFUSED
+    assert isinstance(bad[4], error) and bad[4].code == code
+
+
+def test_reader_offers_only_plain_data_frames_as_they_came() -> None:
+    """A DATA frame is offered for passing on unchanged (``raw``) only with no flag but
+    END_STREAM and the reserved bit clear."""
+    plain = fr.data_frame(3, b"abc", True)
+    odd_flag = fr.frame(fr.DATA, 0x2, 3, b"abc")
+    reserved = fr.frame_header(fr.DATA, 0, 3, 3)[:5] + (0x80000003).to_bytes(4, "big") + b"abc"
+    reader = FrameReader()
+    got = reader.feed(plain * 2 + odd_flag * 2 + reserved * 2)
+    assert [f[4] for f in got] == [b"abc"] * 6
+    # (the first plain one may have been parsed whole, to learn hyperframe's verdict)
+    assert [f[5] for f in got[1:]] == [plain, None, None, None, None]
+
+
+def test_reader_refuses_a_data_frame_on_stream_0_after_valid_ones() -> None:
+    """The verdicts kept per frame kind tell stream 0 apart."""
+    reader = FrameReader()
+    assert reader.feed(fr.data_frame(1, b"a"))[0][0] == fr.DATA
+    (bad,) = reader.feed(fr.frame(fr.DATA, 0, 0, b"a"))
+    assert bad[0] == REFUSED and bad[4].code == ErrorCode.PROTOCOL_ERROR
 
 
 def test_reader_skips_unknown_frame_types() -> None:
     (ext, ping) = FrameReader().feed(fr.frame(0xEE, 0, 0, b"xyz") + fr.ping_frame(b"12345678"))
-    assert ext.type == 0xEE and ping.opaque_data == b"12345678"  # type: ignore[attr-defined]
+    assert ext[0] == 0xEE and ping[4].opaque_data == b"12345678"
 
 
 @given(st.binary(max_size=50_000), st.booleans(), st.integers(1, 40))
@@ -149,6 +194,13 @@ def test_encoder_never_indexes_and_round_trips(headers: list[tuple[bytes, bytes]
         assert decoder.header_table_size == 4096 and len(decoder.header_table.dynamic_entries) == 0
 
 
+def test_encoder_memo_keeps_fields_that_repeat_not_deadlines() -> None:
+    """grpc-timeout differs in nearly every call: kept, it would only push the others out."""
+    HeaderEncoder().encode([(b"x-kept", b"1"), (b"grpc-timeout", b"1999871u")])
+    assert (b"x-kept", b"1") in header_codec._FIELD_MEMO
+    assert (b"grpc-timeout", b"1999871u") not in header_codec._FIELD_MEMO
+
+
 def test_encoder_announces_a_smaller_table_after_the_peers_setting() -> None:
     encoder = HeaderEncoder()
     encoder.peer_table_size(0)
@@ -165,3 +217,34 @@ def test_encoder_keeps_an_owed_update_when_the_peer_repeats_its_setting() -> Non
     encoder.peer_table_size(0)
     encoder.peer_table_size(0)  # the same SETTINGS again before the next block
     assert encoder.encode([(b"x-a", b"1")])[0] & 0xE0 == 0x20
+
+
+def test_shared_header_lists_keep_their_encoding_and_size() -> None:
+    """A block the decoder memoizes comes back as the same list, whose encoding is made once
+    and is the same as a plain list's; its size is RFC 9113's."""
+    encoder = hpack.Encoder()
+    headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    decoder = HeaderDecoder()
+    decoder.decode(encoder.encode(headers))  # indexes both fields
+    block = encoder.encode(headers)
+    first, again = decoder.decode(block), decoder.decode(block)
+    assert first is again and isinstance(first, SharedHeaders)
+    assert (
+        first.size == header_list_size(list(first)) == sum(len(a) + len(b) + 32 for a, b in headers)
+    )
+    ours = HeaderEncoder()
+    encoded = ours.encode(first)
+    assert ours.encode(first) is encoded and encoded == HeaderEncoder().encode(list(first))
+    assert hpack.Decoder().decode(encoded, raw=True) == headers
+
+
+def test_decoder_memo_is_bounded_in_bytes() -> None:
+    encoder = hpack.Encoder()
+    decoder = HeaderDecoder()
+    big = [(f"x-{i}".encode(), bytes([65 + i]) * 1000) for i in range(30)]
+    encoder.header_table_size = decoder._decoder.max_allowed_table_size = 1 << 16
+    decoder.decode(encoder.encode(big))
+    for n in range(1, 31):  # distinct all-indexed blocks, each up to ~31 KiB of headers
+        block = encoder.encode(big[:n])
+        assert decoder.decode(block) == big[:n]
+        assert decoder._memo_bytes <= 64 << 10

@@ -80,11 +80,61 @@ def test_request_over_continuation_padding_and_priority(
 
 def test_stream_ids_are_mapped(client: Callable[..., Peer], upstream: FakeUpstream) -> None:
     peer = client()
-    for sid in (1, 7, 41):  # gaps in the client's ids are allowed; ours upstream are 1, 3, 5
+    for sid in (1, 7, 41):  # gaps in the client's ids are allowed (kept upstream: see below)
         peer.headers(sid, request_headers(ECHO))
         peer.data(sid, grpc_message(b"%d" % sid), end=True)
         frames = peer.frames_until(lambda f, s=sid: f[2] == s and f[1] & fr.FLAG_END_STREAM)
         assert data_of(frames, sid) == grpc_message(b"%d" % sid)
+
+
+def test_data_frames_pass_through_byte_for_byte(
+    workdir: str, relay_factory: Callable[..., RelayThread]
+) -> None:
+    """A call keeps its stream id upstream, and its DATA frames cross the relay exactly as they
+    came, both ways; a padded frame, or one with a flag HTTP/2 does not define, is passed on
+    as a new frame with the same payload, without them (RFC 9113 4.1: unused flags are sent
+    unset)."""
+    seen: list[fr.Wire] = []
+
+    def handler(peer: Peer) -> None:
+        peer.send(fr.settings_frame({}))
+        while (f := peer.next_frame(5)) is not None:
+            if f[0] == fr.HEADERS:
+                peer.decode(f)
+            elif f[0] == fr.DATA:
+                seen.append(f)
+                if f[1] & fr.FLAG_END_STREAM:
+                    sid = f[2]
+                    peer.headers(
+                        sid, [(b":status", b"200"), (b"content-type", b"application/grpc")]
+                    )
+                    peer.send(fr.frame(fr.DATA, 0, sid, grpc_message(b"answer %d" % sid)))
+                    peer.headers(sid, [(b"grpc-status", b"0")], end=True)
+
+    path = os.path.join(workdir, "raw.sock")
+    server = Server(path, handler)
+    try:
+        relay = relay_factory(lambda _p: path)
+        peer = Peer.client(relay.socket_path)
+        message = grpc_message(b"question")
+        sent = {
+            1: (fr.FLAG_END_STREAM, message),
+            7: (fr.FLAG_PADDED | fr.FLAG_END_STREAM, bytes([3]) + message + b"\0\0\0"),
+            41: (0x2 | fr.FLAG_END_STREAM, message),  # 0x2: no flag of DATA's
+        }
+        answers = {}
+        for sid, (flags, payload) in sent.items():
+            peer.headers(sid, request_headers(ECHO))
+            peer.send(fr.frame(fr.DATA, flags, sid, payload))
+            frames = peer.frames_until(lambda f, s=sid: f[2] == s and f[1] & fr.FLAG_END_STREAM)
+            answers[sid] = [f for f in frames if f[0] == fr.DATA and f[2] == sid]
+        peer.close()
+    finally:
+        server.close()
+    assert not server.errors
+    assert seen == [(fr.DATA, fr.FLAG_END_STREAM, sid, message) for sid in sent]
+    for sid in sent:
+        assert answers[sid] == [(fr.DATA, 0, sid, grpc_message(b"answer %d" % sid))]
 
 
 # --------------------------------------------------------------------------- protocol errors

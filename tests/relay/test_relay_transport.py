@@ -222,6 +222,36 @@ def test_forward_passes_the_remaining_deadline(
     assert remaining is not None and remaining <= 2.6
 
 
+def test_intercepted_call_opened_after_later_passthrough_calls(
+    upstream: FakeUpstream,
+    relay_factory: Callable[..., RelayThread],
+    channel_factory: Callable[[str], grpc.Channel],
+) -> None:
+    """Passed-through calls keep kubelet's stream ids upstream; an intercepted call opened
+    after them (a lower id on kubelet's side) still gets a new, higher id there, as a real
+    gRPC server insists."""
+    release = threading.Event()
+
+    async def slow(call: Call) -> Forward:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return Forward(call.message)
+
+    relay = relay_factory(lambda _p: upstream.path, {ECHO: slow})
+    ch = channel_factory(relay.socket_path)
+    held = unary(ch).future(b"held", timeout=10)
+    time.sleep(0.2)
+    for i in range(3):
+        assert unary(ch, "/test.Svc/Other")(b"%d" % i, timeout=5) == b"%d" % i
+    release.set()
+    assert held.result() == b"held"
+    assert unary(ch, "/test.Svc/Other")(b"after", timeout=5) == b"after"
+    assert [r.method for r in upstream.records] == ["/test.Svc/Other"] * 3 + [
+        ECHO,
+        "/test.Svc/Other",
+    ]
+
+
 def test_interceptor_slower_than_the_deadline(
     upstream: FakeUpstream,
     relay_factory: Callable[..., RelayThread],

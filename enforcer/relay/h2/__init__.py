@@ -6,7 +6,7 @@ connection is a full HTTP/2 server endpoint; for it we open, lazily, one HTTP/2 
 built by ``hyperframe`` and header blocks by ``hpack`` (the python-hyper libraries); stream
 routing, flow control and interception are the relay's own. One module per job:
 
-- ``framing``: HTTP/2 frames on hyperframe (reader, builders, error codes);
+- ``framing``: HTTP/2 frames on hyperframe (reader, writer, builders, error codes);
 - ``header_codec``: HPACK on hpack (a bounded decoder, a never-indexing encoder);
 - ``grpc_wire``: gRPC on HTTP/2 (status codes and trailers, grpc-message, grpc-timeout);
 - ``intercept``: the interception API (``Call``, ``Forward``, ``Refuse``, taps, observers);

@@ -30,15 +30,13 @@ from enforcer.relay.h2.framing import (
     DEFAULT_WINDOW,
     MAX_FRAME_LIMIT,
     MAX_WINDOW,
+    REFUSED,
     ConnectionError_,
-    ContinuationFrame,
-    DataFrame,
     ErrorCode,
     Frame,
     FrameReader,
     FrameWriter,
     GoAwayFrame,
-    HeadersFrame,
     PingFrame,
     RstStreamFrame,
     Setting,
@@ -63,6 +61,8 @@ if TYPE_CHECKING:  # for annotations only: each of these imports this module
     from enforcer.relay.h2.server import RelayServer
 
 log = logging.getLogger(__name__)
+
+Flags = frozenset[str]  # a received frame's flags (hyperframe's names)
 
 # A header block (HEADERS + CONTINUATIONs, compressed) longer than this, or cut into more
 # CONTINUATION frames than this, is abuse: GOAWAY ENHANCE_YOUR_CALM. A block that decodes to
@@ -154,8 +154,8 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self._resets = _Flood("RST_STREAM")
         self._paused_by: set[_Endpoint] = set()
         self.writing_paused = False
-        self._handlers: list[Callable[[Any], None]] = [
-            self._on_data,
+        self._handlers: list[Callable[[int, Flags, int, Any], None]] = [
+            self._on_data_frame,
             self._on_headers,
             self._on_priority,
             self._on_rst_stream,
@@ -236,21 +236,22 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def data_received(self, data: bytes | memoryview) -> None:
         handlers = self._handlers
         try:
-            for frame in self.reader.feed(data):
-                ftype: int = frame.type  # type: ignore[assignment]
+            for ftype, sid, flags, length, body, raw in self.reader.feed(data):
                 if self._hdr_sid and ftype != CONTINUATION:
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
                 if 0 <= ftype < 10:
                     try:
-                        handlers[ftype](frame)
+                        if ftype:
+                            handlers[ftype](sid, flags, length, body)
+                        else:
+                            self._on_data(sid, flags, length, body, raw)
                     except StreamError as exc:
                         self._stream_error(exc)
-                elif ftype < 0:  # a frame hyperframe refused
-                    error = frame.error  # type: ignore[attr-defined]
-                    if isinstance(error, StreamError):
-                        self._stream_error(error)
+                elif ftype == REFUSED:  # a frame hyperframe refused
+                    if isinstance(body, StreamError):
+                        self._stream_error(body)
                     else:
-                        raise error
+                        raise body
                 if self.closed:
                     break
         except ConnectionError_ as exc:
@@ -263,15 +264,16 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             self.connection_error(ErrorCode.INTERNAL_ERROR, f"relay internal error: {exc}")
         self.relay.flush()
 
-    def _on_data(self, frame: DataFrame) -> None:
-        sid = frame.stream_id
-        flow = frame.body_len  # the whole payload counts, padding included
+    def _on_data(
+        self, sid: int, flags: Flags, flow: int, payload: bytes, raw: bytes | None
+    ) -> None:
+        # ``flow``: the whole payload counts, padding included. ``raw``: the frame as it came,
+        # when it may be passed on unchanged (framing.Received).
         window = self.recv_window - flow
         if window < 0:
             raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window exceeded")
         self.recv_window = window
         self._pings.count = self._settings.count = 0
-        payload = frame.data
         h = self.streams.get(sid)
         if h is None:
             self.credit_connection(flow)
@@ -287,7 +289,10 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             raise StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window exceeded")
         if flow != len(payload):
             h.credit(flow - len(payload))  # padding is consumed here
-        h.stream.on_data(h, payload, "END_STREAM" in frame.flags)
+        h.stream.on_data(h, payload, "END_STREAM" in flags, raw)
+
+    def _on_data_frame(self, sid: int, flags: Flags, flow: int, payload: bytes) -> None:
+        self._on_data(sid, flags, flow, payload, None)  # (data_received calls _on_data)
 
     def credit_connection(self, n: int) -> None:
         """``n`` received bytes were passed on or dropped: re-open our connection window.
@@ -302,25 +307,23 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             unacked = 0
         self.recv_unacked = unacked
 
-    def _on_headers(self, frame: HeadersFrame) -> None:
+    def _on_headers(self, sid: int, flags: Flags, length: int, block: bytes) -> None:
         self._pings.count = self._settings.count = 0
-        flags = frame.flags
         if "END_HEADERS" in flags:
-            headers = self.decoder.decode(frame.data)
-            self._on_header_list(frame.stream_id, headers, "END_STREAM" in flags)
+            headers = self.decoder.decode(block)
+            self._on_header_list(sid, headers, "END_STREAM" in flags)
             return
-        self._hdr_sid = frame.stream_id
+        self._hdr_sid = sid
         self._hdr_end = "END_STREAM" in flags
-        self._hdr_parts = [frame.data]
-        self._hdr_size = len(frame.data)
+        self._hdr_parts = [block]
+        self._hdr_size = len(block)
         self._hdr_frames = 0
 
-    def _on_continuation(self, frame: ContinuationFrame) -> None:
-        sid = frame.stream_id
+    def _on_continuation(self, sid: int, flags: Flags, length: int, fragment: bytes) -> None:
         if not self._hdr_sid or sid != self._hdr_sid:
             raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
-        self._hdr_parts.append(frame.data)
-        self._hdr_size += len(frame.data)
+        self._hdr_parts.append(fragment)
+        self._hdr_size += len(fragment)
         self._hdr_frames += 1
         if self._hdr_size > MAX_HEADER_BLOCK:
             raise ConnectionError_(
@@ -331,7 +334,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
                 ErrorCode.ENHANCE_YOUR_CALM,
                 f"CONTINUATION flood: header block in over {MAX_CONTINUATIONS} frames",
             )
-        if "END_HEADERS" in frame.flags:
+        if "END_HEADERS" in flags:
             block = b"".join(self._hdr_parts)
             self._hdr_sid = 0
             self._hdr_parts = []
@@ -340,11 +343,10 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
         raise NotImplementedError
 
-    def _on_priority(self, frame: Frame) -> None:
+    def _on_priority(self, sid: int, flags: Flags, length: int, frame: Frame) -> None:
         pass  # priorities are advisory and do not cross the relay
 
-    def _on_rst_stream(self, frame: RstStreamFrame) -> None:
-        sid = frame.stream_id
+    def _on_rst_stream(self, sid: int, flags: Flags, length: int, frame: RstStreamFrame) -> None:
         h = self.streams.get(sid)
         if h is None:
             if self._idle(sid):
@@ -358,8 +360,8 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         """Whether ``sid`` was never opened on this connection (frames on it are an error)."""
         raise NotImplementedError
 
-    def _on_settings(self, frame: SettingsFrame) -> None:
-        if "ACK" in frame.flags:
+    def _on_settings(self, sid: int, flags: Flags, length: int, frame: SettingsFrame) -> None:
+        if "ACK" in flags:
             return
         self._settings.hit()
         for key, value in frame.settings.items():
@@ -390,15 +392,15 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _settings_changed(self) -> None:
         pass
 
-    def _on_push_promise(self, frame: Frame) -> None:
+    def _on_push_promise(self, sid: int, flags: Flags, length: int, frame: Frame) -> None:
         raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE is not allowed here")
 
-    def _on_ping(self, frame: PingFrame) -> None:
-        if "ACK" not in frame.flags:
+    def _on_ping(self, sid: int, flags: Flags, length: int, frame: PingFrame) -> None:
+        if "ACK" not in flags:
             self._pings.hit()
             self.emit(self.writer.pong(frame.opaque_data))
 
-    def _on_goaway(self, frame: GoAwayFrame) -> None:
+    def _on_goaway(self, sid: int, flags: Flags, length: int, frame: GoAwayFrame) -> None:
         self._peer_going_away(
             frame.last_stream_id & 0x7FFFFFFF, frame.error_code, frame.additional_data
         )

@@ -26,7 +26,7 @@ from enforcer.relay.h2.framing import (
     WindowUpdateFrame,
 )
 from enforcer.relay.h2.grpc_wire import _final_status
-from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList
+from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList, SharedHeaders
 from enforcer.relay.h2.intercept import Observer
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
@@ -82,9 +82,10 @@ class _FlowControl:
             if delta > 0 and h.queue:
                 self._drain(h)
 
-    def _on_window_update(self, frame: WindowUpdateFrame) -> None:
+    def _on_window_update(
+        self, sid: int, flags: frozenset[str], length: int, frame: WindowUpdateFrame
+    ) -> None:
         increment = frame.window_increment
-        sid = frame.stream_id
         if not sid:
             self.send_window += increment
             if self.send_window > MAX_WINDOW:
@@ -128,9 +129,13 @@ class _FlowControl:
                 h.stream.status = _final_status(headers)
             self._ended_local(h)
 
-    def send_data(self, h: _Half, data: bytes, end: bool, *, own: bool = False) -> None:
+    def send_data(
+        self, h: _Half, data: bytes, end: bool, *, own: bool = False, raw: bytes | None = None
+    ) -> None:
         """Send ``data`` on ``h`` as the windows allow; what was received from the other side
-        (not ``own``) is credited back to it as it leaves."""
+        (not ``own``) is credited back to it as it leaves. ``raw``: ``data`` as a whole DATA
+        frame on ``h``'s stream id, with ``end`` as its only flag, sent as is when it can go
+        out whole right now (no frame is built for it)."""
         if h.local_ended:
             if not own and h.peer is not None:
                 h.peer.credit(len(data))  # dropped: the sender may use the room again
@@ -146,7 +151,7 @@ class _FlowControl:
             out = self._out
             if not out:
                 self._dirty.append(self)
-            out.append(self.writer.data(h.sid, data, end))
+            out.append(raw if raw is not None else self.writer.data(h.sid, data, end))
             if n:
                 h.window -= n
                 self.send_window -= n
@@ -215,4 +220,6 @@ class _FlowControl:
 
 def header_list_size(headers: HeaderList) -> int:
     """A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2)."""
+    if type(headers) is SharedHeaders:
+        return headers.size
     return sum(map(len, chain.from_iterable(headers))) + 32 * len(headers)

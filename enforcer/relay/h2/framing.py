@@ -1,19 +1,26 @@
 """HTTP/2 framing for the relay, on ``hyperframe``: the RFC's codes, a frame reader, frame builders.
 
-hyperframe parses and serializes every frame (its ``Frame`` classes are what the endpoints
-handle). What is here is the relay's glue: the RFC 9113 error codes and settings as enums, the
-two exceptions that carry an error code (a connection error, a stream error), a reader that
-cuts a byte stream into hyperframe frames and turns hyperframe's complaints into those errors,
-and builders that return ready-to-write ``bytes``.
+hyperframe parses and serializes the frames. What is here is the relay's glue: the RFC 9113
+error codes and settings as enums, the two exceptions that carry an error code (a connection
+error, a stream error), a reader that cuts a byte stream into frames and turns hyperframe's
+complaints into those errors, and builders that return ready-to-write ``bytes``.
+
+The reader is on every relayed call's path, nine frames a call, so it asks hyperframe once
+for what it can keep: its verdict on a DATA, HEADERS or CONTINUATION header (which depends
+only on the type, the flags and whether the stream id is 0), and its parse of a small control
+frame (by the frame's bytes, the stream id aside). A payload frame without padding or priority
+fields is then handed out as its payload, with no ``Frame`` object built for it; a plain DATA
+frame also as the bytes it came in, which the other side can send on unchanged.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from hyperframe.exceptions import HyperframeError, InvalidDataError, InvalidPaddingError
 from hyperframe.frame import (
+    _STRUCT_HBBBL,
     FRAME_MAX_ALLOWED_LEN,
     FRAME_MAX_LEN,
     ContinuationFrame,
@@ -104,55 +111,71 @@ def code_name(code: int) -> str:
         return f"error {code:#x}"
 
 
-class InvalidFrame(Frame):
-    """A frame hyperframe refused, standing in its place in the reader's output: handling it
-    raises the stream or connection error it stands for."""
-
-    type = -1
-
-    def __init__(self, stream_id: int, error: ConnectionError_ | StreamError) -> None:
-        self.stream_id = stream_id
-        self.error = error
-
-
-def _refused(ftype: int, flags: int, sid: int, exc: HyperframeError) -> InvalidFrame:
+def _refused(
+    ftype: int, flags: int, sid: int, exc: HyperframeError
+) -> ConnectionError_ | StreamError:
     """The error a frame stands for that hyperframe would not parse (RFC 9113 section 6)."""
     name = f"frame type {ftype:#x}"
     message = f"{name}: {exc}"
-    error: ConnectionError_ | StreamError
     if isinstance(exc, InvalidPaddingError):
-        error = ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)
-    elif isinstance(exc, InvalidDataError):  # a stream id not allowed, or a value out of range
+        return ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)
+    if isinstance(exc, InvalidDataError):  # a stream id not allowed, or a value out of range
         if ftype == WINDOW_UPDATE and sid:
-            error = StreamError(sid, ErrorCode.PROTOCOL_ERROR, message)
-        elif ftype == SETTINGS and flags & _FLAG_ACK and not sid:
-            error = ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, message)
-        else:
-            error = ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)
-    elif ftype == PRIORITY and sid:
-        error = StreamError(sid, ErrorCode.FRAME_SIZE_ERROR, message)
-    elif ftype in (DATA, HEADERS) and flags & _FLAG_PADDED:
-        error = ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)  # no room for the padding
-    else:  # a body of the wrong length
-        error = ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, message)
-    return InvalidFrame(sid, error)
+            return StreamError(sid, ErrorCode.PROTOCOL_ERROR, message)
+        if ftype == SETTINGS and flags & _FLAG_ACK and not sid:
+            return ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, message)
+        return ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)
+    if ftype == PRIORITY and sid:
+        return StreamError(sid, ErrorCode.FRAME_SIZE_ERROR, message)
+    if ftype in (DATA, HEADERS) and flags & _FLAG_PADDED:
+        return ConnectionError_(ErrorCode.PROTOCOL_ERROR, message)  # no room for the padding
+    return ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, message)  # a body of the wrong length
 
+
+# What the reader hands out for each frame: (type, stream id, flags, length, body, raw).
+# ``flags`` are hyperframe's flag names; ``length`` is the payload length of the frame header
+# (what flow control counts); ``body`` is, for DATA, HEADERS and CONTINUATION, the payload
+# (bytes, or a memoryview of ``raw``; padding and priority fields removed), for every other
+# type hyperframe's parsed ``Frame`` (possibly shared with earlier frames of the same bytes:
+# never change it, and take the stream id from the tuple), and for a frame hyperframe refused
+# (type REFUSED) the ConnectionError_ or StreamError it stands for. ``raw``: for a DATA frame
+# that may be passed on exactly as it came (no padding, no flags but END_STREAM, reserved bit
+# clear), the frame's bytes; None otherwise.
+Received = tuple[int, int, frozenset[str], int, Any, bytes | None]
+REFUSED = -1
+_NO_FLAGS: frozenset[str] = frozenset()
 
 _parse_header = Frame.parse_frame_header
-# Connection-level PING and WINDOW_UPDATE frames come back byte for byte (gRPC's BDP ping,
-# the same window increment after every call): the reader keeps a few parsed ones, by their
-# bytes, and hands the same (never changed) frame object out again.
-_MEMO_TYPES = frozenset((PING, WINDOW_UPDATE))
+# hyperframe's own layout of the 9-byte frame header (its ``parse_frame_header`` unpacks the
+# same struct): 24-bit length as H+B, type, flags, reserved bit + 31-bit stream id.
+_HEADER = _STRUCT_HBBBL
+# Frames whose payload is passed on as is: without PADDED or PRIORITY, hyperframe's
+# ``parse_body`` for them is a copy of the payload and nothing else.
+_PAYLOAD_TYPES = frozenset((DATA, HEADERS, CONTINUATION))
+_PAD_OR_PRIORITY = _FLAG_PADDED | 0x20
+# hyperframe's verdict on a frame header (parse_frame_header: the frame class and its flag
+# names, or an error for a stream id its type does not allow) depends on the type, the flags
+# byte and whether the stream id is 0, nothing else. Kept for the payload types without
+# PADDED and PRIORITY, by type and flags, for stream ids other than 0 (on stream 0 they are
+# refused: hyperframe is asked every time).
+_VERDICTS: dict[int, frozenset[str]] = {}
+# Small control frames come back byte for byte (gRPC's BDP ping, the same window increment
+# after every call, a stream's WINDOW_UPDATE): the reader keeps a few parsed ones, keyed by
+# their bytes except the stream id (which hyperframe only checks for being 0 or not), and
+# hands the same (never changed) frame out again.
+_MEMO_MAX_BODY = 16
 _MEMO_ENTRIES = 64
+_MISS: tuple[None, None, frozenset[str]] = (None, None, frozenset())
 
 
 class FrameReader:
-    """Cuts a byte stream into hyperframe frames; keeps the tail of an incomplete frame.
+    """Cuts a byte stream into frames parsed by hyperframe; keeps the tail of an incomplete frame.
 
-    ``feed`` returns whole frames only. A frame hyperframe refuses comes out as an
-    ``InvalidFrame`` in its place; after one that stands for a connection error, or a frame
-    longer than ``max_frame_size``, nothing more is read. Frame types hyperframe does not
-    know come out as ``ExtensionFrame``s, which the relay ignores as RFC 9113 requires.
+    ``feed`` returns whole frames only, as ``Received`` tuples. A frame hyperframe refuses
+    comes out as a REFUSED tuple in its place; after one that stands for a connection error,
+    or a frame longer than ``max_frame_size``, nothing more is read. Frame types hyperframe
+    does not know come out with their type and an ``ExtensionFrame``, which the relay ignores
+    as RFC 9113 requires.
     """
 
     __slots__ = ("_buf", "_memo", "_need", "broken", "max_frame_size")
@@ -160,11 +183,13 @@ class FrameReader:
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
         self._buf = bytearray()
         self._need = 9
-        self._memo: dict[bytes, Frame] = {}
+        # By a frame's bytes without its stream id: (the frame parsed with stream id 0, with
+        # another one, its flags); hyperframe's verdict depends on the id only being 0 or not.
+        self._memo: dict[bytes, tuple[Frame | None, Frame | None, frozenset[str]]] = {}
         self.max_frame_size = max_frame_size
         self.broken = False
 
-    def feed(self, data: bytes | memoryview) -> list[Frame]:
+    def feed(self, data: bytes | memoryview) -> list[Received]:
         """The frames completed by ``data`` (which is not kept: a memoryview may be reused)."""
         if self.broken:
             return []
@@ -173,63 +198,54 @@ class FrameReader:
             buf += data
             if len(buf) < self._need:
                 return []
-            view = memoryview(bytes(buf))
+            view = bytes(buf)
             buf.clear()
         else:
-            view = memoryview(data)
-        frames: list[Frame] = []
+            # One copy of what was read: slicing bytes is one step a frame, where slicing
+            # the transport's (reused) buffer would be a view and then a copy.
+            view = bytes(data)
+        frames: list[Received] = []
         pos = 0
         end = len(view)
         limit = self.max_frame_size
+        verdicts = _VERDICTS
         memo = self._memo
+        unpack = _HEADER.unpack_from
         while end - pos >= 9:
-            key = None
-            if view[pos + 3] in _MEMO_TYPES and not any(view[pos + 5 : pos + 9]):
-                stop = pos + 9 + view[pos + 2]
-                if view[pos] == view[pos + 1] == 0 and stop <= end:
-                    key = view[pos:stop].tobytes()
-                    seen = memo.get(key)
-                    if seen is not None:
-                        frames.append(seen)
-                        pos = stop
-                        continue
-            head = view[pos : pos + 9]
-            refused: HyperframeError | None = None
-            try:
-                frame, length = _parse_header(head)
-            except HyperframeError as exc:  # a stream id the frame type does not allow
-                frame, refused = None, exc
-                length = int.from_bytes(head[:3], "big")
+            high, low, ftype, fbits, field = unpack(view, pos)
+            length = (high << 8) + low
+            sid = field & 0x7FFFFFFF
             if length > limit:
                 self.broken = True
                 error = ConnectionError_(
                     ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {limit}"
                 )
-                frames.append(InvalidFrame(0, error))
+                frames.append((REFUSED, 0, _NO_FLAGS, length, error, None))
                 return frames
             stop = pos + 9 + length
             if stop > end:
                 self._need = 9 + length
                 break
-            if frame is not None:
-                try:
-                    frame.parse_body(view[pos + 9 : stop])
-                except HyperframeError as exc:
-                    refused = exc
+            if sid and (flags := verdicts.get((ftype << 8) | fbits)) is not None:
+                if not ftype and fbits <= 1 and field == sid:  # DATA that may pass as it is
+                    raw = view[pos:stop]
+                    frames.append((DATA, sid, flags, length, memoryview(raw)[9:], raw))
+                else:
+                    frames.append((ftype, sid, flags, length, view[pos + 9 : stop], None))
+                pos = stop
+                continue
+            if length <= _MEMO_MAX_BODY and ftype not in _PAYLOAD_TYPES:  # seen before?
+                seen = memo.get(view[pos : pos + 5] + view[pos + 9 : stop], _MISS)
+                if seen[sid != 0] is not None:
+                    frames.append((ftype, sid, seen[2], length, seen[sid != 0], None))
+                    pos = stop
+                    continue
+            got = self._parse(view, pos, stop, ftype, fbits, sid, length)
             pos = stop
-            if refused is None:
-                frames.append(frame)  # type: ignore[arg-type]
-                if key is not None:
-                    if len(memo) >= _MEMO_ENTRIES:
-                        memo.clear()
-                    memo[key] = frame  # type: ignore[assignment]
+            if got is None:
                 continue
-            ftype, flags = head[3], head[4]
-            if ftype > CONTINUATION:  # an extension frame we cannot read: ignored
-                continue
-            bad = _refused(ftype, flags, int.from_bytes(head[5:9], "big") & 0x7FFFFFFF, refused)
-            frames.append(bad)
-            if isinstance(bad.error, ConnectionError_):
+            frames.append(got)
+            if got[0] == REFUSED and isinstance(got[4], ConnectionError_):
                 self.broken = True
                 return frames
         else:
@@ -237,6 +253,32 @@ class FrameReader:
         if pos < end:
             buf += view[pos:]
         return frames
+
+    def _parse(
+        self, view: bytes, pos: int, stop: int, ftype: int, fbits: int, sid: int, length: int
+    ) -> Received | None:
+        """One frame through hyperframe (header and body); None for an unknown type it refused."""
+        try:
+            frame, _ = _parse_header(memoryview(view[pos : pos + 9]))
+            frame.parse_body(memoryview(view[pos + 9 : stop]))
+        except HyperframeError as exc:  # a stream id the type does not allow, a bad body
+            if ftype > CONTINUATION:  # an extension frame we cannot read: ignored
+                return None
+            return (REFUSED, sid, _NO_FLAGS, length, _refused(ftype, fbits, sid, exc), None)
+        flags = frozenset(frame.flags)
+        if ftype in _PAYLOAD_TYPES:
+            if not fbits & _PAD_OR_PRIORITY:  # (payload types are never on stream 0)
+                _VERDICTS[(ftype << 8) | fbits] = flags
+            return (ftype, sid, flags, length, frame.data, None)  # type: ignore[attr-defined]
+        if length <= _MEMO_MAX_BODY:
+            memo = self._memo
+            key = view[pos : pos + 5] + view[pos + 9 : stop]
+            seen = memo.get(key, _MISS)
+            if seen is _MISS and len(memo) >= _MEMO_ENTRIES:
+                memo.clear()
+            # (frame for stream 0, frame for any other stream, flags)
+            memo[key] = (frame, seen[1], flags) if not sid else (seen[0], frame, flags)
+        return (ftype, sid, flags, length, frame, None)
 
 
 _END_STREAM = ("END_STREAM",)
@@ -347,6 +389,7 @@ __all__ = [
     "PREFACE",
     "PRIORITY",
     "PUSH_PROMISE",
+    "REFUSED",
     "RST_STREAM",
     "SETTINGS",
     "WINDOW_UPDATE",
@@ -360,8 +403,8 @@ __all__ = [
     "FrameWriter",
     "GoAwayFrame",
     "HeadersFrame",
-    "InvalidFrame",
     "PingFrame",
+    "Received",
     "RstStreamFrame",
     "Setting",
     "SettingsFrame",

@@ -10,9 +10,11 @@ it never pays for (or risks) a text round trip.
   block that fails is a ``HeaderBlockError``; the connection's HPACK state is gone with it.
 
   Memo: a block made only of one-byte indexed fields (what a peer sends once its table holds a
-  call's fields: containerd's ``:status 200`` and ``grpc-status 0``) neither reads literals
-  nor changes the table, so its header list depends only on the table. Such blocks are kept
-  (a few, short) until a block that may change the table arrives, which empties the memo.
+  call's fields: containerd's ``:status 200`` and ``grpc-status 0``, a gRPC client's request
+  headers) neither reads literals nor changes the table, so its header list depends only on
+  the table. Such blocks are kept (a few, short) until a block that may change the table
+  arrives, which empties the memo. The list handed out for them is a ``SharedHeaders``, which
+  is never changed and so keeps its own size and, once encoded, its encoding.
 
 * ``HeaderEncoder``: hpack's ``Encoder``, every field never-indexed and not Huffman coded, so
   nothing is ever added to a table. Since the output then depends on nothing but the fields,
@@ -45,6 +47,21 @@ MAX_HEADER_LIST_SIZE = 64 << 10
 
 _ONLY_ONE_BYTE_INDEXED = re.compile(rb"[\x80-\xfe]{1,32}")  # a block the memo may keep
 _MEMO_ENTRIES = 64
+# What the memo may keep per decoder, counted as twice each list's size (the list, and the
+# encoding a HeaderEncoder keeps with it).
+_MEMO_MAX_BYTES = 64 << 10
+
+
+class SharedHeaders(list[tuple[bytes, bytes]]):
+    """A decoded header list the decoder hands out again for the same block. Never changed:
+    it carries its size (RFC 9113 6.5.2) and, once a ``HeaderEncoder`` made it, its block."""
+
+    __slots__ = ("encoded", "size")
+
+    def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        super().__init__(headers)
+        self.size = sum(len(name) + len(value) + 32 for name, value in self)
+        self.encoded: bytes | None = None
 
 
 class HeaderBlockError(Exception):
@@ -59,11 +76,12 @@ class HeaderBlockError(Exception):
 class HeaderDecoder:
     """Decodes the header blocks of one connection direction (owns that direction's table)."""
 
-    __slots__ = ("_decoder", "_memo")
+    __slots__ = ("_decoder", "_memo", "_memo_bytes")
 
     def __init__(self, max_header_list_size: int = MAX_HEADER_LIST_SIZE) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
         self._memo: dict[bytes, HeaderList] = {}
+        self._memo_bytes = 0
 
     @property
     def max_header_list_size(self) -> int:
@@ -88,11 +106,18 @@ class HeaderDecoder:
             raise HeaderBlockError(str(exc) or type(exc).__name__) from exc
         assert headers is not None
         if _ONLY_ONE_BYTE_INDEXED.fullmatch(block):
-            if len(memo) >= _MEMO_ENTRIES:
-                memo.clear()
-            memo[block] = headers
+            shared = SharedHeaders(headers)
+            cost = 2 * shared.size
+            if cost <= _MEMO_MAX_BYTES:
+                if len(memo) >= _MEMO_ENTRIES or self._memo_bytes + cost > _MEMO_MAX_BYTES:
+                    memo.clear()
+                    self._memo_bytes = 0
+                memo[block] = shared
+                self._memo_bytes += cost
+                return shared
         elif memo:
             memo.clear()  # the table may have changed: what the memo holds may be stale
+            self._memo_bytes = 0
         return headers
 
 
@@ -128,7 +153,8 @@ class HeaderEncoder:
         global _field_memo_bytes
         encoded = self._encoder.add((name, value), sensitive=True, huffman=False)
         cost = len(name) + len(value) + len(encoded)
-        if cost <= _FIELD_MEMO_MAX_FIELD:
+        # grpc-timeout is the time left, different in (nearly) every call: never memoized.
+        if cost <= _FIELD_MEMO_MAX_FIELD and name != b"grpc-timeout":
             if _field_memo_bytes + cost > _FIELD_MEMO_MAX_BYTES:
                 _FIELD_MEMO.clear()
                 _field_memo_bytes = 0
@@ -142,6 +168,14 @@ class HeaderEncoder:
             return self._encoder.encode(
                 [(name, value, True) for name, value in headers], huffman=False
             )
+        if type(headers) is SharedHeaders:  # its encoding never changes: made once
+            encoded = headers.encoded
+            if encoded is None:
+                encoded = headers.encoded = self._encode(headers)
+            return encoded
+        return self._encode(headers)
+
+    def _encode(self, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
         memo = _FIELD_MEMO
         parts = []
         for field in headers:

@@ -196,7 +196,8 @@ class _Stream:
         if end:
             self._upstream_finished()
 
-    def on_data(self, h: _Half, data: bytes, end: bool) -> None:
+    def on_data(self, h: _Half, data: bytes, end: bool, raw: bytes | None = None) -> None:
+        """DATA from the peer of ``h``; ``raw``: the frame as it came, if it may pass unchanged."""
         if end:
             h.remote_ended = True
         mode = self.mode
@@ -205,7 +206,8 @@ class _Stream:
             if peer is None or peer.local_ended:
                 h.credit(len(data))  # nowhere to go: consume
             else:
-                peer.conn.send_data(peer, data, end)
+                # The same frame, byte for byte, when the call has the same stream id there.
+                peer.conn.send_data(peer, data, end, raw=raw if peer.sid == h.sid else None)
             icpt = self.icpt
             if mode != _PASS and icpt is not None and not icpt.copy_dropped:
                 if not self._hold(len(data)):

@@ -109,8 +109,7 @@ class _Upstream(_Endpoint):
             and len(self.streams) < self.peer_max_streams
             and self.next_sid <= MAX_WINDOW
         ):  # the common case: open it right now
-            up.sid = self.next_sid
-            self.next_sid += 2
+            up.sid = self._take_sid(up)
             self.streams[up.sid] = up
             self._emit_headers(up, headers, end)
             return True
@@ -139,11 +138,21 @@ class _Upstream(_Endpoint):
                 waiting.appendleft(h)
                 self._move_waiting()
                 return
-            h.sid = self.next_sid
-            self.next_sid += 2
+            h.sid = self._take_sid(h)
             h.window = self.peer_initial_window
             self.streams[h.sid] = h
             self._drain(h)
+
+    def _take_sid(self, h: _Half) -> int:
+        """The stream id for ``h``: the call's id on kubelet's connection when it is still free
+        here (ids may skip, RFC 9113 5.1.1), so that the call's DATA frames can pass through as
+        they came (``send_data``); otherwise the next one."""
+        sid = self.next_sid
+        down_sid = h.stream.down.sid
+        if down_sid > sid:
+            sid = down_sid
+        self.next_sid = sid + 2
+        return sid
 
     def _move_waiting(self) -> None:
         waiting, self.waiting = self.waiting, deque()
