@@ -91,15 +91,18 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
     return containerd16
 
 
+def _static_config(path: Path) -> str:
+    reserved = ALL.replace("-", ",").split(",")[0]
+    path.write_text(f'policy: {{name: static, reservedCPUs: "{reserved}"}}\n')
+    return str(path)
+
+
 @pytest.fixture
 def enforcer(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[EnforcerProcess]:
-    config = tmp_path / "config.yaml"
-    reserved = ALL.replace("-", ",").split(",")[0]
-    config.write_text(f'policy: {{name: static, reservedCPUs: "{reserved}"}}\n')
     proc = EnforcerProcess(
         tmp_path / "enforcer",
         runtime_socket=containerd.socket,
-        config=str(config),
+        config=_static_config(tmp_path / "config.yaml"),
         metrics_address=f"127.0.0.1:{free_port()}",
     ).start()
     try:
@@ -110,13 +113,10 @@ def enforcer(containerd: PrivateContainerd, tmp_path: Path) -> Iterator[Enforcer
 
 @pytest.fixture
 def nri_plugin(containerd17: NriContainerd, tmp_path: Path) -> Iterator[NriEnforcerProcess]:
-    config = tmp_path / "nri-config.yaml"
-    reserved = ALL.replace("-", ",").split(",")[0]
-    config.write_text(f'policy: {{name: static, reservedCPUs: "{reserved}"}}\n')
     proc = NriEnforcerProcess(
         tmp_path / "nri-enforcer",
         nri_socket=containerd17.nri_socket,
-        config=str(config),
+        config=_static_config(tmp_path / "nri-config.yaml"),
         metrics_address=f"127.0.0.1:{free_port()}",
     ).start()
     try:
