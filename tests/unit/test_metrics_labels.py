@@ -35,7 +35,7 @@ def test_unknown_methods_and_codes_share_bounded_series() -> None:
     assert sample("resource_enforcer_cri_calls_total", {"method": "other", "code": "12"}) == 500
     assert sample("resource_enforcer_cri_calls_total", {"method": "other", "code": "-1"}) == 500
     assert sample("resource_enforcer_cri_calls_total", {"method": "Version", "code": "0"}) == 1
-    assert len(metrics._call_children) == 3
+    assert len(metrics._cri.calls) == 3 and len(metrics._cri.latency) == 2
 
 
 def test_the_nri_allowlists_are_nris_own_methods_and_events() -> None:
@@ -71,3 +71,40 @@ def test_metrics_address_in_the_configuration() -> None:
     assert parse_config({"metrics": {"address": ""}}).metrics.address == ""
     with pytest.raises(ConfigError, match=r"metrics\.address"):
         parse_config({"metrics": {"address": "everywhere"}})
+
+
+def test_cri_call_series_read_as_prometheus_counter_and_histogram_would_show_them() -> None:
+    """The relay's call tally shows exactly the samples of a prometheus Counter and
+    Histogram fed the same calls (bar the Counter's `_created` timestamps)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from enforcer.metrics import _LATENCY_BUCKETS
+
+    reference = CollectorRegistry()
+    calls = Counter("resource_enforcer_cri_calls", "CRI calls through the relay",
+                    ["method", "code"], registry=reference)  # fmt: skip
+    seconds = Histogram("resource_enforcer_cri_call_seconds", "CRI call latency through the relay",
+                        ["method"], buckets=_LATENCY_BUCKETS, registry=reference)  # fmt: skip
+    metrics = EnforcerMetrics()
+    observed = [
+        ("/runtime.v1.RuntimeService/Version", 0, 0.0002),
+        ("/runtime.v1.RuntimeService/Version", 0, 0.0005),  # on a bucket's bound
+        ("/runtime.v1.RuntimeService/Version", 14, 0.003),
+        ("/runtime.v1.RuntimeService/CreateContainer", 0, 12.0),  # past the last bound
+        ("/runtime.v1.ImageService/PullImage", 2, 1.0),
+    ]
+    for method, code, took in observed:
+        metrics.observe_call(method, code, took)
+        name = CRI_METHODS[method]
+        calls.labels(name, str(code)).inc()
+        seconds.labels(name).observe(took)
+
+    def series(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return sorted(
+            line
+            for line in text.splitlines()
+            if line.startswith("resource_enforcer_cri_call") and "_created" not in line
+        )
+
+    assert series(metrics.registry) == series(reference)

@@ -27,6 +27,8 @@ func main() {
 	calls := flag.Int("calls", 2000, "calls in all")
 	concurrency := flag.Int("concurrency", 1, "goroutines sharing the connection")
 	warmup := flag.Int("warmup", 50, "calls made before timing")
+	timeout := flag.Duration("timeout", 10*time.Second,
+		"each call's deadline, set per call as kubelet does (its runtime-request-timeout: 2m)")
 	flag.Parse()
 	payload, err := hex.DecodeString(*request)
 	if err != nil {
@@ -45,7 +47,7 @@ func main() {
 	call := func() error {
 		in := &rawcodec.Frame{Payload: payload}
 		out := &rawcodec.Frame{}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		defer cancel()
 		return conn.Invoke(ctx, *method, in, out)
 	}

@@ -55,7 +55,7 @@ from enforcer.relay.h2.header_codec import (
     HeaderList,
 )
 from enforcer.relay.h2.intercept import Observer
-from enforcer.relay.h2.streams import _Half, _report
+from enforcer.relay.h2.streams import _Half
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
     from enforcer.relay.h2.server import RelayServer
@@ -437,9 +437,8 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         """``h`` is closed both ways: drop it from this connection."""
         if self.streams.pop(h.sid, None) is not None:
             self._blocked.pop(h, None)
-            observer = self.observer
-            if observer is not None:
-                _report(observer, h.stream)
+            if self.observer is not None:
+                self.relay.finished(h.stream)
             self._stream_closed()
 
     def _stream_closed(self) -> None:

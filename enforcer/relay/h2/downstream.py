@@ -30,7 +30,7 @@ from enforcer.relay.h2.framing import (
 )
 from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
 from enforcer.relay.h2.header_codec import HeaderList
-from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _report, _Stream
+from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _Stream
 from enforcer.relay.h2.upstream import _Upstream
 
 if TYPE_CHECKING:  # for annotations only: each of these imports this module
@@ -219,13 +219,11 @@ class _Downstream(_Endpoint):
         self.closed = True
         self._release_all()
         self.relay._conns.discard(self)
-        observer = self.observer
         for h in list(self.streams.values()):
             h.local_ended = h.remote_ended = True
             h.stream.release_held()
             h.stream.client_gone(ErrorCode.CANCEL)
-            if observer is not None:
-                _report(observer, h.stream)
+            self.relay.finished(h.stream)
         self.streams.clear()
         for conn in list(self.upstreams.values()):
             conn.close()

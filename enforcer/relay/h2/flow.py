@@ -116,7 +116,7 @@ class _FlowControl:
                 self._headers_too_large(h, size)
                 return
         if h.queue or not h.sid:
-            h.queue.append((_Q_HEADERS, headers, end))
+            h.park((_Q_HEADERS, headers, end))
             return
         self._emit_headers(h, headers, end)
 
@@ -160,7 +160,7 @@ class _FlowControl:
             if end:
                 self._ended_local(h)
             return
-        h.queue.append((_Q_OWN if own else _Q_DATA, memoryview(data), end))
+        h.park((_Q_OWN if own else _Q_DATA, memoryview(data), end))
         if h.sid:
             self._drain(h)
 

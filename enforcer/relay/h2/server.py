@@ -18,7 +18,9 @@ from typing import Any
 
 from enforcer.relay.h2.downstream import _Downstream
 from enforcer.relay.h2.flow import _FlowControl
+from enforcer.relay.h2.grpc_wire import _CANCELLED
 from enforcer.relay.h2.intercept import Interceptor, Observer, Route, TapFactory
+from enforcer.relay.h2.streams import _Stream
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ class RelayServer:
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
         self._dirty: list[_FlowControl] = []
+        # Calls over since the last flush, told to the observer once their frames are out.
+        self._finished: list[_Stream] = []
         self.held = 0  # bytes all calls hold in the relay (streams.MAX_HELD_TOTAL)
         self._read_view = memoryview(bytearray(READ_BUFFER))
         self._tasks: set[asyncio.Task[None]] = set()
@@ -68,10 +72,32 @@ class RelayServer:
         log.info("CRI relay listening on %s", path)
 
     def flush(self) -> None:
-        """Write out every connection that has pending frames (one write each)."""
+        """Write out every connection that has pending frames (one write each), then tell the
+        observer about the calls that ended meanwhile (off the calls' own path)."""
         dirty = self._dirty
         while dirty:
             dirty.pop().write_out()
+        if self._finished:
+            self._report()
+
+    def finished(self, stream: _Stream) -> None:
+        """``stream`` is over on kubelet's connection: the observer hears of it at the flush."""
+        if self.observer is not None:
+            self._finished.append(stream)
+
+    def _report(self) -> None:
+        finished, self._finished = self._finished, []
+        observer = self.observer
+        assert observer is not None
+        now = time.monotonic()
+        for stream in finished:
+            status = stream.status
+            # No status sent: the stream was reset (by either side) or its connection was lost.
+            code = status if status >= 0 else _CANCELLED
+            try:
+                observer(stream.method, code, now - stream.started)
+            except Exception:
+                log.exception("call observer failed for %s", stream.method)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

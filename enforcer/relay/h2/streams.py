@@ -42,7 +42,6 @@ from enforcer.relay.h2.intercept import (
     Call,
     Forward,
     Interceptor,
-    Observer,
     Refuse,
     Response,
     Tap,
@@ -65,6 +64,11 @@ MAX_HELD_TOTAL = 64 << 20  # the same, for all connections together
 # _TEE: passing the upstream's response through while keeping a copy for an observer.
 # _TAP: passing both ways untouched while keeping copies of request and response for a tap.
 _PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE, _TAP = range(7)
+
+
+# The queue of every half that never had to wait: empty, and with no ``append`` (``_Half.park``
+# gives a half its own queue).
+_NO_QUEUE: deque[tuple[int, object, bool]] = ()  # type: ignore[assignment]
 
 
 class _Half:
@@ -90,12 +94,21 @@ class _Half:
         self.sid = sid  # 0 until an upstream stream is opened
         self.peer: _Half | None = None  # the same stream on the other connection
         self.window = conn.peer_initial_window  # send window
-        self.queue: deque[tuple[int, object, bool]] = deque()  # what waits for window/opening
+        # What waits for window or for the stream's opening; most calls never wait, and share
+        # one empty queue until they do (``park``).
+        self.queue: deque[tuple[int, object, bool]] = _NO_QUEUE
         self.local_ended = False  # we sent END_STREAM or RST_STREAM
         self.remote_ended = False  # the peer sent END_STREAM or RST_STREAM
         self.headers_sent = False
         self.recv_window = STREAM_WINDOW
         self.unacked = 0  # received bytes passed on but not yet credited back
+
+    def park(self, item: tuple[int, object, bool]) -> None:
+        """Queue ``item`` (in order after what already waits)."""
+        queue = self.queue
+        if queue is _NO_QUEUE:
+            queue = self.queue = deque()
+        queue.append(item)
 
     def credit(self, n: int) -> None:
         """``n`` received bytes were passed on (or consumed): re-open our receive windows."""
@@ -498,13 +511,3 @@ class _Stream:
                 conn.send_headers(down, block, i == len(tail) - 1)
         finally:
             self.relay.flush()
-
-
-def _report(observer: Observer, stream: _Stream) -> None:
-    status = stream.status
-    # No status sent: the stream was reset (by either side) or its connection was lost.
-    code = status if status >= 0 else _CANCELLED
-    try:
-        observer(stream.method, code, time.monotonic() - stream.started)
-    except Exception:
-        log.exception("call observer failed for %s", stream.method)

@@ -113,7 +113,7 @@ class _Upstream(_Endpoint):
             self.streams[up.sid] = up
             self._emit_headers(up, headers, end)
             return True
-        up.queue.append((_Q_HEADERS, headers, end))
+        up.park((_Q_HEADERS, headers, end))
         self.waiting.append(up)
         if self.ready:
             self._open_waiting()
