@@ -13,6 +13,7 @@ from h2peer import Peer, Server, grpc_message, request_headers
 from relay_harness import FakeUpstream, RelayThread
 
 from enforcer.relay.h2 import Call, Forward, Refuse
+from enforcer.relay.h2.connection import PONG_DELAY
 from enforcer.relay.h2.flow import STREAM_WINDOW
 from enforcer.relay.h2.framing import ErrorCode, Setting
 from enforcer.relay.h2.grpc_wire import (
@@ -135,6 +136,67 @@ def test_data_frames_pass_through_byte_for_byte(
     assert seen == [(fr.DATA, fr.FLAG_END_STREAM, sid, message) for sid in sent]
     for sid in sent:
         assert answers[sid] == [(fr.DATA, 0, sid, grpc_message(b"answer %d" % sid))]
+
+
+def test_ping_answers_wait_for_the_next_write_at_most_pong_delay(
+    workdir: str, relay_factory: Callable[..., RelayThread], client: Callable[..., Peer]
+) -> None:
+    """A PING is answered after the frames of the relay's next write to that peer, so a gRPC
+    peer (which sends its next BDP PING with the first DATA it reads after the answer) pings
+    every other call, not every call; a PING with nothing else to write is answered within
+    PONG_DELAY."""
+    lone = client()
+    lone.frames_until(lambda f: f[0] == fr.SETTINGS and f[1] & fr.FLAG_ACK)
+    sent = time.monotonic()
+    lone.send(fr.ping_frame(b"lonelone"))
+    pong = lone.frames_until(lambda f: f[0] == fr.PING)[-1]
+    assert pong[1] & fr.FLAG_ACK and pong[3] == b"lonelone"
+    assert time.monotonic() - sent < PONG_DELAY + 0.5
+
+    def handler(peer: Peer) -> None:  # answers every call at once, in one write
+        peer.send(fr.settings_frame({}))
+        while (f := peer.next_frame(5)) is not None:
+            if f[0] == fr.HEADERS:
+                peer.decode(f)
+            elif f[0] == fr.DATA and f[1] & fr.FLAG_END_STREAM:
+                status = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+                peer.send(
+                    fr.headers_frames(f[2], peer.block(status), 16384, False),
+                    fr.frame(fr.DATA, 0, f[2], grpc_message(b"answer")),
+                    fr.headers_frames(f[2], peer.block([(b"grpc-status", b"0")]), 16384, True),
+                )
+
+    path = os.path.join(workdir, "raw.sock")
+    server = Server(path, handler)
+    try:
+        relay = relay_factory(lambda _p: path)
+        peer = Peer.client(relay.socket_path)
+        peer.frames_until(lambda f: f[0] == fr.SETTINGS and f[1] & fr.FLAG_ACK)
+        orders = []
+        for i in range(10):  # the answer goes late if the runtime took over PONG_DELAY
+            sid = 2 * i + 1
+            opaque = b"bdp-%04d" % i
+            peer.send(
+                fr.ping_frame(opaque),
+                fr.headers_frames(sid, peer.block(request_headers(ECHO)), 16384, False),
+                fr.frame(fr.DATA, fr.FLAG_END_STREAM, sid, grpc_message(b"q")),
+            )
+            frames = peer.frames_until(
+                lambda f, s=sid: f[2] == s and f[1] & fr.FLAG_END_STREAM, timeout=5
+            )
+            answered = len(frames) - 1  # the response's last frame
+            if all(f[0] != fr.PING for f in frames):
+                frames += peer.frames_until(lambda f: f[0] == fr.PING)
+            pongs = [i for i, f in enumerate(frames) if f[0] == fr.PING]
+            assert [(frames[i][1] & fr.FLAG_ACK, frames[i][3]) for i in pongs] == [
+                (fr.FLAG_ACK, opaque)
+            ]
+            orders.append(pongs[0] > answered)
+        peer.close()
+    finally:
+        server.close()
+    assert not server.errors
+    assert any(orders), "no PING answer went out with the response that followed it"
 
 
 # --------------------------------------------------------------------------- protocol errors

@@ -75,6 +75,9 @@ MAX_CONTINUATIONS = 32
 # A gRPC peer's keepalive and BDP pings come minutes apart or with data.
 FLOOD_LIMITS = {"PING": 100, "SETTINGS": 100, "RST_STREAM": 200}
 FLOOD_WINDOW = 10.0
+# How long a PING answer may wait for a write to its peer (``_Endpoint._pong``), and how many.
+PONG_DELAY = 0.002
+MAX_LATE = 16
 
 
 class _Flood:
@@ -125,6 +128,7 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self.decoder = HeaderDecoder(MAX_HEADER_LIST_SIZE)
         self.encoder = HeaderEncoder()
         self._out: list[bytes | memoryview] = []
+        self._late: list[bytes] = []  # PING answers waiting for the next write (``_pong``)
         self._dirty = relay._dirty
         self.streams: dict[int, _Half] = {}
         # Downstream connections report finished calls; upstream ones never do.
@@ -398,7 +402,25 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _on_ping(self, sid: int, flags: Flags, length: int, frame: PingFrame) -> None:
         if "ACK" not in flags:
             self._pings.hit()
-            self.emit(self.writer.pong(frame.opaque_data))
+            self._pong(self.writer.pong(frame.opaque_data))
+
+    def _pong(self, answer: bytes) -> None:
+        """Answer a PING with the next write to this peer, or within PONG_DELAY.
+
+        A gRPC peer sends a BDP PING with the first DATA it receives after its last PING was
+        answered (grpc-go: one on every call, from kubelet and from the runtime). Answered at
+        once, each costs a write of its own and, at the peer, a read of its own and a new
+        PING on the next call. Sent after the frames of the relay's next write to that peer,
+        the answer costs no write, and the peer, which reads it after that DATA, sends its
+        next PING only with the call after: half as many. A peer's PING timeout (gRPC
+        keepalive: 20 s) is far above PONG_DELAY. At most MAX_LATE answers wait.
+        """
+        late = self._late
+        late.append(answer)
+        if len(late) == 1:
+            self.relay.late(self)
+        elif len(late) == MAX_LATE + 1 and not self._out:
+            self._dirty.append(self)  # written out at the end of this read
 
     def _on_goaway(self, sid: int, flags: Flags, length: int, frame: GoAwayFrame) -> None:
         self._peer_going_away(
@@ -477,6 +499,10 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def write_out(self) -> None:
         out = self._out
         self._out = []
+        late = self._late
+        if late:  # PING answers go after the frames they waited for
+            out += late
+            self._late = []
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        if out and transport is not None and not transport.is_closing():
             transport.write(b"".join(out) if len(out) > 1 else out[0])

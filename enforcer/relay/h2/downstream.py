@@ -23,6 +23,7 @@ from enforcer.relay.h2.framing import (
     PREFACE,
     ConnectionError_,
     ErrorCode,
+    FrameReader,
     Setting,
     StreamError,
     goaway_frame,
@@ -52,9 +53,9 @@ class _Downstream(_Endpoint):
 
     def __init__(self, relay: RelayServer) -> None:
         super().__init__(relay)
+        self.reader = FrameReader(preface=PREFACE)  # the client preface comes first
         self.observer = relay.observer
         self.upstreams: dict[str, _Upstream] = {}
-        self._preface = b""
         self.draining = False
         self._goaway_sid = 0
         self.held = 0  # bytes its calls hold in the relay (streams.MAX_HELD)
@@ -76,27 +77,6 @@ class _Downstream(_Endpoint):
         relay._conns.add(self)
         self._start(transport)  # type: ignore[arg-type]
         self.relay.flush()
-        self.data_received = self._preface_received  # type: ignore[method-assign]
-
-    def _preface_received(self, data: bytes | memoryview) -> None:
-        """Until the client preface is complete; then frames go to the regular path."""
-        self._preface += data
-        if len(self._preface) < len(PREFACE):
-            if not PREFACE.startswith(self._preface):
-                self._bad_preface()
-            return
-        if not self._preface.startswith(PREFACE):
-            self._bad_preface()
-            return
-        rest = self._preface[len(PREFACE) :]
-        del self.data_received  # back to the class's frame handler
-        self._preface = b""
-        if rest:
-            self.data_received(rest)
-
-    def _bad_preface(self) -> None:
-        self.connection_error(ErrorCode.PROTOCOL_ERROR, "bad HTTP/2 client preface")
-        self.data_received = lambda data: None  # type: ignore[method-assign]
 
     def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
         h = self.streams.get(sid)

@@ -173,14 +173,18 @@ class FrameReader:
 
     ``feed`` returns whole frames only, as ``Received`` tuples. A frame hyperframe refuses
     comes out as a REFUSED tuple in its place; after one that stands for a connection error,
-    or a frame longer than ``max_frame_size``, nothing more is read. Frame types hyperframe
+    or a frame longer than ``max_frame_size``, or bytes other than the ``preface`` it was
+    told to expect first, nothing more is read. Frame types hyperframe
     does not know come out with their type and an ``ExtensionFrame``, which the relay ignores
     as RFC 9113 requires.
     """
 
-    __slots__ = ("_buf", "_memo", "_memo0", "_need", "broken", "max_frame_size")
+    __slots__ = ("_buf", "_memo", "_memo0", "_need", "_preface", "broken", "max_frame_size")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME, *, preface: bytes = b"") -> None:
+        # What must come before the first frame (a server's reader: the client preface), and
+        # is not there yet.
+        self._preface = preface
         self._buf = bytearray()
         self._need = 9
         # By a frame's bytes without its stream id: (the frame parsed with stream id 0, with
@@ -196,6 +200,17 @@ class FrameReader:
         """The frames completed by ``data`` (which is not kept: a memoryview may be reused)."""
         if self.broken:
             return []
+        if self._preface:
+            want = self._preface
+            head = bytes(data[: len(want)])
+            if not want.startswith(head):
+                self.broken = True
+                error = ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad HTTP/2 client preface")
+                return [(REFUSED, 0, _NO_FLAGS, 0, error, None)]
+            self._preface = want[len(head) :]
+            data = data[len(head) :]
+            if not data:
+                return []
         buf = self._buf
         if buf:
             buf += data

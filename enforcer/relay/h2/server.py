@@ -16,6 +16,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from enforcer.relay.h2.connection import PONG_DELAY
 from enforcer.relay.h2.downstream import _Downstream
 from enforcer.relay.h2.flow import _FlowControl
 from enforcer.relay.h2.grpc_wire import _CANCELLED
@@ -48,6 +49,9 @@ class RelayServer:
         self._dirty: list[_FlowControl] = []
         # Calls over since the last flush, told to the observer once their frames are out.
         self._finished: list[_Stream] = []
+        # Connections with PING answers waiting (``_Endpoint._pong``), written by one timer.
+        self._late: dict[_FlowControl, None] = {}
+        self._late_timer: asyncio.TimerHandle | None = None
         self.held = 0  # bytes all calls hold in the relay (streams.MAX_HELD_TOTAL)
         self._read_view = memoryview(bytearray(READ_BUFFER))
         self._tasks: set[asyncio.Task[None]] = set()
@@ -79,6 +83,19 @@ class RelayServer:
             dirty.pop().write_out()
         if self._finished:
             self._report()
+
+    def late(self, conn: _FlowControl) -> None:
+        """``conn`` has PING answers waiting: written within PONG_DELAY if nothing else is."""
+        self._late[conn] = None
+        if self._late_timer is None:
+            loop = asyncio.get_running_loop()
+            self._late_timer = loop.call_later(PONG_DELAY, self._write_late)
+
+    def _write_late(self) -> None:
+        self._late_timer = None
+        late, self._late = self._late, {}
+        for conn in late:
+            conn.write_out()  # (nothing else is pending: every callback ends with a flush)
 
     def finished(self, stream: _Stream) -> None:
         """``stream`` is over on kubelet's connection: the observer hears of it at the flush."""
@@ -148,6 +165,9 @@ class RelayServer:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=1.0)
         await asyncio.sleep(0)  # let connection_lost callbacks run
+        if self._late_timer is not None:
+            self._late_timer.cancel()
+            self._late_timer = None
         self._closed.set()
 
     async def wait_closed(self) -> None:
