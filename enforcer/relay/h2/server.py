@@ -13,7 +13,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from enforcer.relay.h2.connection import PONG_DELAY
@@ -47,8 +47,10 @@ class RelayServer:
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Downstream] = set()
         self._dirty: list[_FlowControl] = []
-        # Calls over since the last flush, told to the observer once their frames are out.
+        # Calls over since the last flush, told to the observer once their frames are out;
+        # what taps read of them, run then too.
         self._finished: list[_Stream] = []
+        self._after: list[Callable[[], None]] = []
         # Connections with PING answers waiting (``_Endpoint._pong``), written by one timer.
         self._late: dict[_FlowControl, None] = {}
         self._late_timer: asyncio.TimerHandle | None = None
@@ -83,6 +85,8 @@ class RelayServer:
             dirty.pop().write_out()
         if self._finished:
             self._report()
+        if self._after:
+            self._run_after()
 
     def late(self, conn: _FlowControl) -> None:
         """``conn`` has PING answers waiting: written within PONG_DELAY if nothing else is."""
@@ -96,6 +100,19 @@ class RelayServer:
         late, self._late = self._late, {}
         for conn in late:
             conn.write_out()  # (nothing else is pending: every callback ends with a flush)
+
+    def after_writes(self, work: Callable[[], None]) -> None:
+        """Run ``work`` at the end of this flush, once the frames are written (it may not
+        write any: a tap's reading of a call it passed on)."""
+        self._after.append(work)
+
+    def _run_after(self) -> None:
+        after, self._after = self._after, []
+        for work in after:
+            try:
+                work()
+            except Exception:
+                log.exception("relay: work after the writes failed")
 
     def finished(self, stream: _Stream) -> None:
         """``stream`` is over on kubelet's connection: the observer hears of it at the flush."""

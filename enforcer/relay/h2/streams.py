@@ -438,8 +438,13 @@ class _Stream:
         icpt = self.icpt
         assert icpt is not None
         icpt.response_blocks.append(headers)
-        if not end:
-            return
+        if end:  # read once the response is on its way to the client
+            self.relay.after_writes(self._teed)
+
+    def _teed(self) -> None:
+        """A tapped or observed call is over: its copies to the tap, or to the observer."""
+        icpt = self.icpt
+        assert icpt is not None
         response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
         if icpt.copy_dropped:
             response = Response(response.status, response.details, None)
