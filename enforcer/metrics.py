@@ -5,6 +5,7 @@ from the CRI's own list (`CRI_METHODS`), NRI methods and events from NRI's (`NRI
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import accumulate
@@ -17,6 +18,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from enforcer.build import version
@@ -120,14 +122,21 @@ class _CRICalls(Collector):
         self.calls: dict[tuple[str, int], int] = {}
         # By method: the count in each bucket (not cumulative), then +Inf, then the sum.
         self.latency: dict[str, list[float]] = {}
+        # When each series began (the ``_created`` samples, as the library's own show).
+        self.created: dict[tuple[str, int] | str, float] = {}
 
     def observe(self, name: str, code: int, seconds: float) -> None:
         calls = self.calls
         key = (name, code)
-        calls[key] = calls.get(key, 0) + 1
+        count = calls.get(key)
+        if count is None:
+            count = 0
+            self.created[key] = time.time()
+        calls[key] = count + 1
         tally = self.latency.get(name)
         if tally is None:
             tally = self.latency[name] = [0] * (len(_LATENCY_BUCKETS) + 2)
+            self.created[name] = time.time()
         tally[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
         tally[-1] += seconds
 
@@ -136,8 +145,9 @@ class _CRICalls(Collector):
         calls = CounterMetricFamily(
             "resource_enforcer_cri_calls", "CRI calls through the relay", labels=["method", "code"]
         )
+        created = self.created
         for (name, code), count in list(self.calls.items()):
-            calls.add_metric([name, str(code)], count)
+            calls.add_metric([name, str(code)], count, created=created.get((name, code)))
         yield calls
         seconds = HistogramMetricFamily(
             "resource_enforcer_cri_call_seconds",
@@ -149,6 +159,9 @@ class _CRICalls(Collector):
             counts = accumulate(tally[:-1])
             buckets = [(bound, count) for bound, count in zip(_LE, counts, strict=True)]
             seconds.add_metric([name], buckets, tally[-1])
+            began = created.get(name)
+            if began is not None:
+                seconds.samples.append(Sample(f"{seconds.name}_created", {"method": name}, began))
         yield seconds
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from enforcer.cri import api_pb2
@@ -85,6 +87,7 @@ def test_cri_call_series_read_as_prometheus_counter_and_histogram_would_show_the
                     ["method", "code"], registry=reference)  # fmt: skip
     seconds = Histogram("resource_enforcer_cri_call_seconds", "CRI call latency through the relay",
                         ["method"], buckets=_LATENCY_BUCKETS, registry=reference)  # fmt: skip
+    started = time.time() - 1
     metrics = EnforcerMetrics()
     observed = [
         ("/runtime.v1.RuntimeService/Version", 0, 0.0002),
@@ -101,10 +104,15 @@ def test_cri_call_series_read_as_prometheus_counter_and_histogram_would_show_the
 
     def series(registry: CollectorRegistry) -> list[str]:
         text = generate_latest(registry).decode()
+        lines = [line for line in text.splitlines() if "resource_enforcer_cri_call" in line]
+        # A series' creation time: the same series, its value a time of this run.
+        samples = [line for line in lines if not line.startswith("#")]
+        for line in samples:
+            if "_created" in line:
+                assert float(line.rsplit(" ", 1)[1]) >= started
         return sorted(
-            line
-            for line in text.splitlines()
-            if line.startswith("resource_enforcer_cri_call") and "_created" not in line
+            line.rsplit(" ", 1)[0] if "_created" in line and line in samples else line
+            for line in lines
         )
 
     assert series(metrics.registry) == series(reference)
