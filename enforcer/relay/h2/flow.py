@@ -18,12 +18,15 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from enforcer.relay.h2.framing import (
+    _END_HEADERS,
+    HEADERS,
     MAX_WINDOW,
     ConnectionError_,
     ErrorCode,
     FrameWriter,
     StreamError,
     WindowUpdateFrame,
+    _pack,
 )
 from enforcer.relay.h2.grpc_wire import _final_status
 from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList, SharedHeaders
@@ -122,7 +125,15 @@ class _FlowControl:
 
     def _emit_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
         block = self.encoder.encode(headers)
-        self.emit(self.writer.headers(h.sid, block, self.peer_max_frame, end))
+        n = len(block)
+        if n <= self.peer_max_frame:  # one HEADERS frame (FrameWriter.headers, inlined)
+            frame = _pack(n >> 8, n & 0xFF, HEADERS, _END_HEADERS | end, h.sid) + block
+        else:
+            frame = self.writer.headers(h.sid, block, self.peer_max_frame, end)
+        out = self._out
+        if not out:
+            self._dirty.append(self)
+        out.append(frame)
         h.headers_sent = True
         if end:
             if self.observer is not None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 import grpc
 
-from enforcer.relay.h2.flow import _STREAM_CREDIT_AT, STREAM_WINDOW
+from enforcer.relay.h2.flow import _CONN_CREDIT_AT, _STREAM_CREDIT_AT, STREAM_WINDOW
 from enforcer.relay.h2.framing import ErrorCode, code_name, window_update_frame
 from enforcer.relay.h2.grpc_wire import (
     _CANCELLED,
@@ -112,7 +112,12 @@ class _Half:
 
     def credit(self, n: int) -> None:
         """``n`` received bytes were passed on (or consumed): re-open our receive windows."""
-        self.conn.credit_connection(n)
+        conn = self.conn
+        unacked = conn.recv_unacked + n
+        if unacked < _CONN_CREDIT_AT:  # (_Endpoint.credit_connection, inlined)
+            conn.recv_unacked = unacked
+        else:
+            conn.credit_connection(n)
         if self.remote_ended:
             return
         unacked = self.unacked + n
