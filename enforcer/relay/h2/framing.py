@@ -1,9 +1,11 @@
 """HTTP/2 framing for the relay, on ``hyperframe``: the RFC's codes, a frame reader, frame builders.
 
-hyperframe parses and serializes the frames. What is here is the relay's glue: the RFC 9113
-error codes and settings as enums, the two exceptions that carry an error code (a connection
-error, a stream error), a reader that cuts a byte stream into frames and turns hyperframe's
-complaints into those errors, and builders that return ready-to-write ``bytes``.
+hyperframe parses the frames and serializes the control frames. What is here is the relay's
+glue: the RFC 9113 error codes and settings as enums, the two exceptions that carry an error
+code (a connection error, a stream error), a reader that cuts a byte stream into frames and
+turns hyperframe's complaints into those errors, a writer for the DATA and HEADERS frames of
+every call (hyperframe's 9-byte header layout, packed in one step), and builders that return
+ready-to-write ``bytes``.
 
 The reader is on every relayed call's path, nine frames a call, so it asks hyperframe once
 for what it can keep: its verdict on a DATA, HEADERS or CONTINUATION header (which depends
