@@ -2,6 +2,7 @@
 
     make bench                    # all benchmarks
     .venv/bin/python -m bench relay [--calls 2000] [--cycles 60] [--no-go]
+    .venv/bin/python -m bench relay --create-only [--cycles 200]   # CreateContainer alone
 
 Starts a private containerd and `resource-enforcer run` (console script, static policy, state
 persisted as in production). Measures, in alternating rounds so machine noise hits both alike:
@@ -10,7 +11,8 @@ p50/p99 of Version, ListContainers and ContainerStatus with 1 and 8 concurrent c
 (CreateContainer, StartContainer, StopContainer, RemoveContainer) in a running pod, with
 CreateContainer timed on its own. Also the relay process's CPU time (user + system, read from
 /proc) per relayed call of each unary case: the figure least disturbed by other work on the
-machine. Prints a table and the ratios; writes bench/results/relay.json.
+machine. Prints a table and the ratios; writes bench/results/relay.json (relay-create.json
+with --create-only).
 
 With Go (bench/baselines, `bench.gobuild`), first the passthrough as kubelet drives it: the Go
 CRI client, unary calls on one connection, 1 and 8 at once, against containerd directly, the
@@ -223,13 +225,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cycles", type=int, default=60, help="container cycles per side")
     parser.add_argument("--no-go", action="store_true", help="only the Python client")
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and client")
+    parser.add_argument(
+        "--create-only",
+        action="store_true",
+        help="only the container cycles (CreateContainer's added latency), no unary cases",
+    )
     args = parser.parse_args(argv)
     reason = containerd_available()
     if reason:
         print(f"needs a real containerd: {reason}")
         return 1
     go = None
-    if not args.no_go:
+    if not args.no_go and not args.create_only:
         from bench.gobuild import build
 
         go = build(("criclient", "grpcproxy"))
@@ -292,7 +299,7 @@ def main(argv: list[str]) -> int:
             }
             assert enforcer.proc is not None
             pid = enforcer.proc.pid
-            for clients in (1, 8):
+            for clients in () if args.create_only else (1, 8):
                 for name in cases["direct"]:
                     samples: dict[str, list[float]] = {"direct": [], "relay": []}
                     relay_cpu = 0.0
@@ -359,7 +366,7 @@ def main(argv: list[str]) -> int:
         print(f"Go CRI client (unary, one connection; {pinning}), medians of {args.rounds} rounds:")
         for case, figures in go_results.items():
             print(f"  {case:20s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
-    elif not args.no_go:
+    elif not args.no_go and not args.create_only:
         print("Go CRI client and grpc-go proxy: not run (Go missing, see above)")
     print("Python client (grpcio) and container cycles:")
     for case, figures in results.items():
@@ -367,7 +374,8 @@ def main(argv: list[str]) -> int:
     print("peak RSS (MiB): " + ", ".join(f"{k} {v}" for k, v in memory.items()))
     RESULTS.mkdir(exist_ok=True)
     out = {"go_client": go_results, "python_client": results, "peak_rss_mib": memory}
-    (RESULTS / "relay.json").write_text(json.dumps(out, indent=2))
+    name = "relay-create.json" if args.create_only else "relay.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2))
     return 0
 
 
