@@ -36,6 +36,11 @@ class EngineWorker:
         """Runs fn on the worker and waits for it."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
+    def start(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queues fn on the worker now (behind what is queued already) and returns a future
+        of the event loop for its result, to await later."""
+        return asyncio.wrap_future(self._worker.submit(fn, *args))
+
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         """Runs fn on the worker without waiting for it; its failure is logged."""
         try:

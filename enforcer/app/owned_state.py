@@ -30,7 +30,7 @@ class OwnedStateStore(StateStore):
         if self.write_problem is None:  # else already said, by `ensure_dir`
             self.cannot_write(f"no lock file {self.lock.path} can be made: {os_error(exc)}")
 
-    def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
+    def save(self, data: dict[str, Any], *, durable: bool = True, sync_later: bool = False) -> None:
         if self.lock.fd is None:
             if not self.lock_pending:
                 log.debug("not saving the state: another enforcer owns %s", self.dir)
@@ -47,4 +47,4 @@ class OwnedStateStore(StateStore):
                 ) from None
             self.lock_pending = False
             log.info("took the lock of %s", self.dir)
-        super().save(data, durable=durable)
+        super().save(data, durable=durable, sync_later=sync_later)

@@ -4,6 +4,12 @@ The file is written to a temporary name, fsynced, renamed over the old one, and 
 fsynced so the rename itself survives a power cut. A file that cannot be used is moved aside
 (never deleted) and the caller rebuilds the state from the runtime.
 
+A write can also be made durable later (`save(..., sync_later=True)`, then `sync()`): the new
+file replaces the old one at once (what a restarted process reads, since a process that dies
+leaves the kernel's page cache behind), and `sync()` fsyncs it and the folder, so a power cut
+after it loses nothing. The CRI relay overlaps that `sync()` with the runtime's own creation
+of the container (docs/architecture.md, "State and crash safety").
+
 A state that cannot be saved (the folder is read-only, full, not ours) or cannot be read (the
 file is a folder, unreadable) is not fatal: the store says why in `problem`, each change of it
 is logged once, and a write that fails raises `StateWriteError` for the caller to refuse what
@@ -20,7 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from resource_contract.safe_files import create_exclusive, private_dir, read_file, write_file
+from resource_contract.safe_files import (
+    create_exclusive,
+    private_dir,
+    read_file,
+    sync_dir,
+    write_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +65,8 @@ class StateStore:
         self.write_problem: str | None = None
         # Why the saved state cannot be read now (None: it was read, or there is none).
         self.read_problem: str | None = None
+        # The file in place was written without fsync and `sync()` has not made it durable yet.
+        self.unsynced = False
 
     @property
     def problem(self) -> str | None:
@@ -165,22 +179,48 @@ class StateStore:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
+    def save(self, data: dict[str, Any], *, durable: bool = True, sync_later: bool = False) -> None:
         """Replaces the state file. `durable` fsyncs file and folder: used where a crash must
         not lose the write (a CPU handed out); other writes can be re-derived from the runtime.
+        `sync_later` (with `durable`) replaces the file now and leaves the fsyncs to `sync()`,
+        which the caller must call before it tells anyone the change was made.
 
         Raises StateWriteError when it cannot be written (or must not be: a state file that
         could not be read is never replaced)."""
         if self.read_problem is not None:
             raise StateWriteError(None, f"{self.read_problem}; it is not written over")
         payload = json.dumps({**data, "version": FORMAT_VERSION}, separators=(",", ":"))
+        now = durable and not sync_later
         try:
             # A temporary file made with O_EXCL|O_NOFOLLOW, mode 0600, renamed over the state
             # file; a link planted at the state file is refused, never written through.
-            write_file(self.path, payload.encode(), mode=0o600, durable=durable)
+            write_file(self.path, payload.encode(), mode=0o600, durable=now)
         except OSError as exc:
             raise self.cannot_write(os_error(exc), exc.errno) from None
+        if now:
+            self.unsynced = False
+        elif durable:
+            self.unsynced = True
         self._written()
+
+    def sync(self) -> None:
+        """Makes the state file in place durable (fsync of the file, then of the folder) when
+        a `save(..., sync_later=True)` left it unsynced; StateWriteError when it cannot.
+
+        The file in place holds every change written before it, so one sync covers them all,
+        whichever write came last."""
+        if not self.unsynced:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            sync_dir(self.dir)
+        except OSError as exc:
+            raise self.cannot_write(f"fsync failed: {os_error(exc)}", exc.errno) from None
+        self.unsynced = False
 
 
 def parse_state(raw: bytes) -> dict[str, Any]:
