@@ -109,6 +109,7 @@ class Enforcer:
         # Counts the changes of placements (decisions, releases, reconfigurations): whoever
         # follows the node's use (metrics, the NodeResourceTopology) measures again when it moved.
         self.changes = 0
+        self._count_pending = False  # a decision's gauges, left for `sync_state`
 
     @property
     def policy(self) -> Policy:
@@ -264,7 +265,10 @@ class Enforcer:
             self.metrics.refusals.labels(exc.reason.value).inc()
             raise Refused(exc.reason, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
-        self._count()
+        if sync_later:
+            self._count_pending = True  # by `sync_state`, off the call's path
+        else:
+            self._count()
         log.info(
             "admitted %s/%s container %s: %s cpus=%s mems=%s (from %s)",
             wanted.namespace,
@@ -295,6 +299,10 @@ class Enforcer:
         except StateWriteFailed as exc:
             log.error("%s; the containers decided meanwhile keep their CPUs", exc)
             return str(exc)
+        finally:
+            if self._count_pending:
+                self._count_pending = False
+                self._count()
         return None
 
     def created(self, key: str, container_id: str) -> None:

@@ -120,7 +120,8 @@ class Registry:
         self._journal = _Journal({}, {})
         try:
             yield
-            self._write(durable=durable, sync_later=sync_later)
+            if not (sync_later and durable and self._append(self._journal)):
+                self._write(durable=durable, sync_later=sync_later)
         except BaseException:
             self._rollback()
             raise
@@ -224,8 +225,10 @@ class Registry:
         """Writes changes that were left for later (bindings, applied pinnings)."""
         if self.dirty and self._journal is None:
             try:
-                # Durable when an earlier change is still waiting for its fsync (one failed).
-                self._write(durable=self.store is not None and self.store.unsynced)
+                # Durable when an earlier change still waits for its fsync (one failed), or
+                # to fold a long journal into the state file.
+                store = self.store
+                self._write(durable=store is not None and (store.unsynced or store.journal_long))
             except StateWriteFailed as exc:
                 if self.store is None or self.store.problem is None:  # else the store said it
                     log.error("%s; will retry", exc)
@@ -241,6 +244,33 @@ class Registry:
             raise StateWriteFailed(
                 f"cannot write the state file {self.store.path}: {exc.strerror or exc}"
             ) from None
+
+    def _append(self, journal: _Journal) -> bool:
+        """Writes a change as one journal record (what its keys are now); False when the store
+        keeps no journal yet (the caller writes the whole state instead)."""
+        if self.store is None:
+            return True
+        admitted = self.policy.admitted
+        record = {
+            "containers": {
+                key: entry.to_dict() if (entry := self.entries.get(key)) else None
+                for key in journal.entries
+            },
+            "admitted": {
+                key: decision.to_dict() if (decision := admitted.get(key)) else None
+                for key in journal.decisions
+            },
+            "policy": self.policy.state_header(),
+        }
+        try:
+            written = self.store.append(record)
+        except OSError as exc:
+            raise StateWriteFailed(
+                f"cannot write the state journal {self.store.journal_path}: {exc.strerror or exc}"
+            ) from None
+        if written:
+            self.dirty = True  # the state file catches up lazily (`flush`)
+        return written
 
     def sync(self) -> None:
         """Makes the state file durable after a `change(sync_later=True)` (fsync of the file

@@ -73,9 +73,9 @@ class CRIService(EngineWorker):
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
             return Refuse(STATUS[exc.reason], str(exc))
-        # The fsync runs on the worker while containerd creates the container; whatever the
-        # worker does for this call later (`created`) comes after it.
-        synced = self.start(self.enforcer.sync_state)
+        # The fsync runs on the worker while containerd creates the container (queued once
+        # the call is on its way); what the worker does for this call later comes after it.
+        synced = self.start_soon(self.enforcer.sync_state)
         hide_class_annotations(request)
         if pinning.cpus:
             resources.cpuset_cpus = pinning.cpus
@@ -98,6 +98,7 @@ class CRIService(EngineWorker):
                         details=response.details,
                     )
                 )
+                await synced
 
         return Forward(request.SerializeToString(), created)
 
