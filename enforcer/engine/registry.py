@@ -225,10 +225,10 @@ class Registry:
         """Writes changes that were left for later (bindings, applied pinnings)."""
         if self.dirty and self._journal is None:
             try:
-                # Durable when an earlier change still waits for its fsync (one failed), or
-                # to fold a long journal into the state file.
+                # Durable when an earlier change's fsync failed, or to fold a long journal
+                # into the state file.
                 store = self.store
-                self._write(durable=store is not None and (store.unsynced or store.journal_long))
+                self._write(durable=store is not None and (store.sync_failed or store.journal_long))
             except StateWriteFailed as exc:
                 if self.store is None or self.store.problem is None:  # else the store said it
                     log.error("%s; will retry", exc)

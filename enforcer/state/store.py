@@ -87,6 +87,7 @@ class StateStore:
         # with `save(..., sync_later=True)`.
         self._journal_unsynced = False
         self._file_unsynced = False
+        self.sync_failed = False  # the last `sync()` failed: the next write is made durable
 
     @property
     def unsynced(self) -> bool:
@@ -266,6 +267,7 @@ class StateStore:
             raise self.cannot_write(os_error(exc), exc.errno) from None
         if now:
             self._file_unsynced = False
+            self.sync_failed = False
             self._empty_journal()
         elif durable:
             self._file_unsynced = True
@@ -321,7 +323,9 @@ class StateStore:
                     self._journal_new = False
             self._journal_unsynced = False
         except OSError as exc:
+            self.sync_failed = True
             raise self.cannot_write(f"fsync failed: {os_error(exc)}", exc.errno) from None
+        self.sync_failed = False
 
     def _may_write(self) -> bool:
         """Whether this process writes the state now (True), or leaves it to another (False);
