@@ -30,6 +30,7 @@ from tests.support.pods import guaranteed
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
 STATIC = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
+TOPOLOGY_AWARE = parse_config({"policy": {"name": "topology-aware", "reservedCPUs": "0"}})
 BALLOONS = parse_config(
     {
         "policy": {
@@ -70,7 +71,9 @@ def decisions(e: Enforcer) -> dict[str, str]:
     return {key: str(a.exclusive) for key, a in e.policy.admitted.items()}
 
 
-@pytest.mark.parametrize("config", [STATIC, BALLOONS], ids=["static", "balloons"])
+@pytest.mark.parametrize(
+    "config", [STATIC, TOPOLOGY_AWARE, BALLOONS], ids=["static", "topology-aware", "balloons"]
+)
 def test_a_killed_enforcer_restarts_with_every_journaled_decision(
     tmp_path: Path, config: Config
 ) -> None:
@@ -81,8 +84,12 @@ def test_a_killed_enforcer_restarts_with_every_journaled_decision(
     decide(first, runtime, "b")
     decide(first, runtime, "c", "1")
     before = decisions(first)
+    state = first.registry.to_state()
     assert (folder / JOURNAL_FILE).stat().st_size > 0  # the decisions are records...
     # ...and the state file was not rewritten for them (the killed process never flushed).
+    replayed = StateStore(folder).load(move_aside=False)
+    assert replayed is not None
+    assert replayed["policy"] == state["policy"]  # the policy's whole book, as in memory
     again = started(folder, runtime, config)
     assert decisions(again) == before
     assert {e.container_id for e in again.registry.entries.values()} == set(runtime.containers)
