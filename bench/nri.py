@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> int:
     per_round = max(1, args.cycles // args.rounds)
     creates: dict[str, list[float]] = {"no_plugin": [], "plugin": []}
     cycles: dict[str, list[float]] = {"no_plugin": [], "plugin": []}
+    plugin_cpu: list[float] = []  # the plugin's CPU (every thread) while a create ran
     with tempfile.TemporaryDirectory(prefix="kre-bench-nri-") as tmp, NriContainerd() as ctrd:
         config = Path(tmp, "config.yaml")
         config.write_text('policy: {name: static, reservedCPUs: "0"}\n')
@@ -58,11 +60,14 @@ def main(argv: list[str]) -> int:
                     try:
                         cycle(kubelet, pod, attempt=attempt + 1)  # warm-up
                         attempt += 1
+                        pid = plugin.proc.pid if side == "plugin" and plugin.proc else None
                         for _ in range(per_round):
                             attempt += 1
-                            create, whole = cycle(kubelet, pod, attempt=attempt)
+                            create, whole, cpu = cycle(kubelet, pod, attempt=attempt, cpu_of=pid)
                             creates[side].append(create)
                             cycles[side].append(whole)
+                            if pid is not None:
+                                plugin_cpu.append(cpu)
                     finally:
                         if side == "plugin":
                             plugin.stop()
@@ -78,6 +83,7 @@ def main(argv: list[str]) -> int:
                 figures[f"plugin_{stat}_ms"] - figures[f"no_plugin_{stat}_ms"], 2
             )
         results[label] = figures
+    results["CreateContainer"]["plugin_cpu_us_p50"] = round(statistics.median(plugin_cpu) * 1e6)
     for case, figures in results.items():
         print(f"{case:28s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
     RESULTS.mkdir(exist_ok=True)

@@ -2,6 +2,7 @@
 
     make bench                    # all benchmarks
     .venv/bin/python -m bench relay [--calls 2000] [--cycles 60] [--no-go]
+    .venv/bin/python -m bench relay --create-only [--cycles 200]   # CreateContainer alone
 
 Starts a private containerd and `resource-enforcer run` (console script, static policy, state
 persisted as in production). Measures, in alternating rounds so machine noise hits both alike:
@@ -10,7 +11,8 @@ p50/p99 of Version, ListContainers and ContainerStatus with 1 and 8 concurrent c
 (CreateContainer, StartContainer, StopContainer, RemoveContainer) in a running pod, with
 CreateContainer timed on its own. Also the relay process's CPU time (user + system, read from
 /proc) per relayed call of each unary case: the figure least disturbed by other work on the
-machine. Prints a table and the ratios; writes bench/results/relay.json.
+machine. Prints a table and the ratios; writes bench/results/relay.json (relay-create.json
+with --create-only).
 
 With Go (bench/baselines, `bench.gobuild`), first the passthrough as kubelet drives it: the Go
 CRI client, unary calls on one connection, 1 and 8 at once, against containerd directly, the
@@ -88,16 +90,32 @@ def unary_cases(
     }
 
 
-def cycle(kubelet: KubeletEmulator, pod, attempt: int) -> tuple[float, float]:
-    """One create-start-stop-remove; returns (CreateContainer seconds, whole cycle seconds)."""
+def task_cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of `pid` so far, to the nanosecond (/proc/PID/task/*/schedstat:
+    the scheduler's own account, not rounded to clock ticks as /proc/PID/stat is)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def cycle(
+    kubelet: KubeletEmulator, pod, attempt: int, cpu_of: int | None = None
+) -> tuple[float, float, float]:
+    """One create-start-stop-remove; returns (CreateContainer seconds, whole cycle seconds,
+    CPU seconds process `cpu_of` spent while CreateContainer ran, 0 without it)."""
     request = kubelet.create_request(pod, "app", attempt=attempt)
+    cpu = task_cpu_seconds(cpu_of) if cpu_of is not None else 0.0
     start = time.perf_counter()
     cid = kubelet.runtime.CreateContainer(request).container_id
     created = time.perf_counter()
+    if cpu_of is not None:
+        cpu = task_cpu_seconds(cpu_of) - cpu
     kubelet.runtime.StartContainer(api_pb2.StartContainerRequest(container_id=cid))
     kubelet.runtime.StopContainer(api_pb2.StopContainerRequest(container_id=cid, timeout=0))
     kubelet.runtime.RemoveContainer(api_pb2.RemoveContainerRequest(container_id=cid))
-    return created - start, time.perf_counter() - start
+    return created - start, time.perf_counter() - start, cpu
 
 
 def pin_process(pid: int, cpu: int) -> None:
@@ -238,16 +256,21 @@ def python_client(
 
 
 def container_cycles(
-    sides: dict[str, KubeletEmulator], pods: dict[str, Any], count: int
+    sides: dict[str, KubeletEmulator], pods: dict[str, Any], count: int, enforcer_pid: int
 ) -> dict[str, dict[str, float]]:
-    """``count`` create-start-stop-remove cycles on each side, CreateContainer timed alone."""
+    """``count`` create-start-stop-remove cycles on each side, CreateContainer timed alone, and
+    the enforcer's CPU (every thread) while each relayed CreateContainer ran."""
     creates: dict[str, list[float]] = {"direct": [], "relay": []}
     cycles: dict[str, list[float]] = {"direct": [], "relay": []}
+    create_cpu: list[float] = []
     for i in range(count):
         for side, k in sides.items():
-            create, whole = cycle(k, pods[side], attempt=i + 1)
+            cpu_of = enforcer_pid if side == "relay" else None
+            create, whole, cpu = cycle(k, pods[side], attempt=i + 1, cpu_of=cpu_of)
             creates[side].append(create)
             cycles[side].append(whole)
+            if side == "relay":
+                create_cpu.append(cpu)
     results: dict[str, dict[str, float]] = {}
     for label, data in (
         ("CreateContainer (state written, fsync)", creates),
@@ -261,6 +284,11 @@ def container_cycles(
         for stat in ("p50", "p99"):
             row[f"{stat}_added_ms"] = round(row[f"relay_{stat}_ms"] - row[f"direct_{stat}_ms"], 2)
         results[label] = row
+    # The decision, the journal write and fsync, the relaying: the figure least moved by what
+    # else the machine does.
+    results["CreateContainer (state written, fsync)"]["relay_cpu_us_p50"] = round(
+        statistics.median(create_cpu) * 1e6
+    )
     return results
 
 
@@ -301,13 +329,18 @@ def main(argv: list[str]) -> int:
         help="the Go client's per-call deadlines, comma-separated (kubelet's is 2m)",
     )
     parser.add_argument("--no-python", action="store_true", help="only the Go client's figures")
+    parser.add_argument(
+        "--create-only",
+        action="store_true",
+        help="only the container cycles (CreateContainer's added latency), no unary cases",
+    )
     args = parser.parse_args(argv)
     reason = containerd_available()
     if reason:
         print(f"needs a real containerd: {reason}")
         return 1
     go = None
-    if not args.no_go:
+    if not args.no_go and not args.create_only:
         from bench.gobuild import build
 
         go = build(("criclient", "grpcproxy"))
@@ -363,18 +396,21 @@ def main(argv: list[str]) -> int:
                     client_cpu,
                     tuple(args.deadlines.split(",")),
                 )
-            if not args.no_python:
+            assert enforcer.proc is not None
+            if not args.no_python and not args.create_only:
                 if client_cpu is not None:
                     os.sched_setaffinity(0, {client_cpu})
                 cases = {
                     side: unary_cases(k.runtime, pods[side].container_id("app"))
                     for side, k in sides.items()
                 }
-                assert enforcer.proc is not None
                 results.update(
                     python_client(cases, enforcer.proc.pid, args.calls // args.rounds, args.rounds)
                 )
-                results.update(container_cycles(sides, pods, args.cycles))
+            if not args.no_python or args.create_only:
+                if client_cpu is not None:
+                    os.sched_setaffinity(0, {client_cpu})
+                results.update(container_cycles(sides, pods, args.cycles, enforcer.proc.pid))
                 state_file = Path(enforcer.state_dir, "state.json")
                 size = state_file.stat().st_size if state_file.exists() else 4096
                 writes = durable_writes(Path(enforcer.state_dir), size)
@@ -396,7 +432,7 @@ def main(argv: list[str]) -> int:
         print(f"Go CRI client (unary, one connection; {pinning}), medians of {args.rounds} rounds:")
         for case, figures in go_results.items():
             print(f"  {case:20s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
-    elif not args.no_go:
+    elif not args.no_go and not args.create_only:
         print("Go CRI client and grpc-go proxy: not run (Go missing, see above)")
     print("Python client (grpcio) and container cycles:")
     for case, figures in results.items():
@@ -404,7 +440,8 @@ def main(argv: list[str]) -> int:
     print("peak RSS (MiB): " + ", ".join(f"{k} {v}" for k, v in memory.items()))
     RESULTS.mkdir(exist_ok=True)
     out = {"go_client": go_results, "python_client": results, "peak_rss_mib": memory}
-    (RESULTS / "relay.json").write_text(json.dumps(out, indent=2))
+    name = "relay-create.json" if args.create_only else "relay.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2))
     return 0
 
 

@@ -36,6 +36,32 @@ class EngineWorker:
         """Runs fn on the worker and waits for it."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
+    def start_soon(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queues fn on the worker once the event loop's current step is over (what the step
+        prepared, a forwarded call, is sent first), ahead of any later `run`; returns a future
+        of its result, to await later."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[T] = loop.create_future()
+
+        def copy(done: asyncio.Future[T]) -> None:
+            if result.done():
+                return
+            if (exc := done.exception()) is not None:
+                result.set_exception(exc)
+            else:
+                result.set_result(done.result())
+
+        def submit() -> None:
+            try:
+                queued = asyncio.wrap_future(self._worker.submit(fn, *args))
+            except RuntimeError as exc:  # the worker is shut down: the enforcer is stopping
+                result.set_exception(exc)
+                return
+            queued.add_done_callback(copy)
+
+        loop.call_soon(submit)
+        return result
+
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         """Runs fn on the worker without waiting for it; its failure is logged."""
         try:

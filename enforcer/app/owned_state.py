@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from enforcer import handover
 from enforcer.state import StateStore
@@ -30,11 +29,11 @@ class OwnedStateStore(StateStore):
         if self.write_problem is None:  # else already said, by `ensure_dir`
             self.cannot_write(f"no lock file {self.lock.path} can be made: {os_error(exc)}")
 
-    def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
+    def _may_write(self) -> bool:
         if self.lock.fd is None:
             if not self.lock_pending:
                 log.debug("not saving the state: another enforcer owns %s", self.dir)
-                return
+                return False
             try:
                 got = self.lock.try_acquire()
             except OSError as exc:
@@ -47,4 +46,4 @@ class OwnedStateStore(StateStore):
                 ) from None
             self.lock_pending = False
             log.info("took the lock of %s", self.dir)
-        super().save(data, durable=durable)
+        return super()._may_write()

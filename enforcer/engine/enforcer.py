@@ -109,6 +109,7 @@ class Enforcer:
         # Counts the changes of placements (decisions, releases, reconfigurations): whoever
         # follows the node's use (metrics, the NodeResourceTopology) measures again when it moved.
         self.changes = 0
+        self._count_pending = False  # a decision's gauges, left for `sync_state`
 
     @property
     def policy(self) -> Policy:
@@ -225,17 +226,26 @@ class Enforcer:
         return wanted
 
     def create(
-        self, create: ContainerCreate, *, sandbox_id: str, resources: Mapping[str, Any]
+        self,
+        create: ContainerCreate,
+        *,
+        sandbox_id: str,
+        resources: Mapping[str, Any],
+        sync_later: bool = False,
     ) -> tuple[str, Pinning]:
         """Admits a container about to be created; returns its key and the pinning the runtime
         must create it with. `resources` is the transport's record of kubelet's resources.
+
+        The decision is in the state file when this returns. With `sync_later` it is not yet
+        durable against a power cut: the transport calls `sync_state` (on the worker) while
+        the runtime creates the container, and answers only once it returned.
 
         Raises a Refusal when the container must not be created.
         """
         self._may_decide()
         try:
             wanted = self._decode(create)
-            with self.registry.change():
+            with self.registry.change(sync_later=sync_later):
                 placement = self.registry.admit(wanted)
                 pinning = Pinning(
                     str(placement.cpus) if placement.cpus else "",
@@ -255,7 +265,10 @@ class Enforcer:
             self.metrics.refusals.labels(exc.reason.value).inc()
             raise Refused(exc.reason, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
-        self._count()
+        if sync_later:
+            self._count_pending = True  # by `sync_state`, off the call's path
+        else:
+            self._count()
         log.info(
             "admitted %s/%s container %s: %s cpus=%s mems=%s (from %s)",
             wanted.namespace,
@@ -275,6 +288,22 @@ class Enforcer:
                 ignored,
             )
         return wanted.key, pinning
+
+    def sync_state(self) -> str | None:
+        """Makes the state file durable after a `create(..., sync_later=True)`. Returns None,
+        or why it could not (logged here): the decision stands (the runtime may have created
+        the container already, and the file the next process reads has it), and new decisions
+        are refused until the folder takes writes again."""
+        try:
+            self.registry.sync()
+        except StateWriteFailed as exc:
+            log.error("%s; the containers decided meanwhile keep their CPUs", exc)
+            return str(exc)
+        finally:
+            if self._count_pending:
+                self._count_pending = False
+                self._count()
+        return None
 
     def created(self, key: str, container_id: str) -> None:
         entry = self.registry.get(key)

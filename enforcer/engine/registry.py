@@ -109,16 +109,19 @@ class Registry:
     # -- changing ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def change(self, *, durable: bool = True) -> Iterator[None]:
+    def change(self, *, durable: bool = True, sync_later: bool = False) -> Iterator[None]:
         """Groups changes; writes the state when the outermost group ends. A failed write
-        rolls every change of the group back and raises StateWriteFailed."""
+        rolls every change of the group back and raises StateWriteFailed. `sync_later`: the
+        file is replaced now and made durable by `sync()`, which the caller must await before
+        it reports the change to anyone outside this process."""
         if self._journal is not None:
             yield  # nested: the outer group writes
             return
         self._journal = _Journal({}, {})
         try:
             yield
-            self._write(durable=durable)
+            if not (sync_later and durable and self._append(self._journal)):
+                self._write(durable=durable, sync_later=sync_later)
         except BaseException:
             self._rollback()
             raise
@@ -222,21 +225,66 @@ class Registry:
         """Writes changes that were left for later (bindings, applied pinnings)."""
         if self.dirty and self._journal is None:
             try:
-                self._write(durable=False)
+                # Durable when an earlier change's fsync failed, or to fold a long journal
+                # into the state file.
+                store = self.store
+                self._write(durable=store is not None and (store.sync_failed or store.journal_long))
             except StateWriteFailed as exc:
                 if self.store is None or self.store.problem is None:  # else the store said it
                     log.error("%s; will retry", exc)
 
-    def _write(self, *, durable: bool) -> None:
+    def _write(self, *, durable: bool, sync_later: bool = False) -> None:
         self.dirty = False
         if self.store is None:
             return
         try:
-            self.store.save(self.to_state(), durable=durable)
+            self.store.save(self.to_state(), durable=durable, sync_later=sync_later)
         except OSError as exc:
             self.dirty = True
             raise StateWriteFailed(
                 f"cannot write the state file {self.store.path}: {exc.strerror or exc}"
+            ) from None
+
+    def _append(self, journal: _Journal) -> bool:
+        """Writes a change as one journal record (what its keys are now); False when the store
+        keeps no journal yet (the caller writes the whole state instead)."""
+        if self.store is None:
+            return True
+        admitted = self.policy.admitted
+        record = {
+            "containers": {
+                key: entry.to_dict() if (entry := self.entries.get(key)) else None
+                for key in journal.entries
+            },
+            "admitted": {
+                key: decision.to_dict() if (decision := admitted.get(key)) else None
+                for key in journal.decisions
+            },
+            "policy": self.policy.state_header(),
+        }
+        try:
+            written = self.store.append(record)
+        except OSError as exc:
+            raise StateWriteFailed(
+                f"cannot write the state journal {self.store.journal_path}: {exc.strerror or exc}"
+            ) from None
+        if written:
+            self.dirty = True  # the state file catches up lazily (`flush`)
+        return written
+
+    def sync(self) -> None:
+        """Makes the state file durable after a `change(sync_later=True)` (fsync of the file
+        and its folder; nothing when there is nothing to sync). StateWriteFailed when it
+        cannot: the change stays made (it is in the file the next process reads), but a power
+        cut could lose it, and the store refuses further decisions until it can write again."""
+        if self.store is None:
+            return
+        try:
+            self.store.sync()
+        except OSError as exc:
+            self.dirty = True  # `flush` writes it again, durably, until that works
+            raise StateWriteFailed(
+                f"cannot make the state file {self.store.path} durable: {exc.strerror or exc}"
             ) from None
 
     def to_state(self) -> dict[str, Any]:

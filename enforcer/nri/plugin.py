@@ -57,12 +57,18 @@ UPDATE_TIMEOUT = 2.0
 # After a response carrying updates, the runtime applies them: their cgroups are read after.
 SETTLE_SECONDS = 0.5
 RECONCILE_RETRY_SECONDS = 5.0
+# Decisions whose fsync PostCreateContainer waits for, by container id (bounded: a runtime
+# that never sends the event cannot make it grow).
+MAX_PENDING_SYNCS = 4096
 E = api_pb2.Event
 SUBSCRIBED = (
     E.RUN_POD_SANDBOX,
     E.STOP_POD_SANDBOX,
     E.REMOVE_POD_SANDBOX,
     E.CREATE_CONTAINER,
+    # containerd waits for its acknowledgement before it answers kubelet's CreateContainer:
+    # given once the decision is durable (fdatasync while containerd creates the container).
+    E.POST_CREATE_CONTAINER,
     E.START_CONTAINER,
     E.UPDATE_CONTAINER,
     E.STOP_CONTAINER,
@@ -122,6 +128,7 @@ class NriPlugin(EngineWorker):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
+        self._syncs: dict[str, asyncio.Future[str | None]] = {}
 
     def handlers(self) -> dict[str, Handler]:
         observed = self._observed
@@ -383,6 +390,11 @@ class NriPlugin(EngineWorker):
             raise TtrpcError(
                 UNAVAILABLE, "the resource enforcer is busy and did not decide in time; retry"
             ) from None
+        # The decision is in the state journal; it is made durable while containerd creates
+        # the container, and PostCreateContainer (before kubelet's answer) waits for it.
+        if len(self._syncs) >= MAX_PENDING_SYNCS:
+            self._syncs.pop(next(iter(self._syncs)))
+        self._syncs[container.id] = self.start_soon(self.enforcer.sync_state)
         self.runtime.pinned(container.id, pinning)
         updates = self.runtime.take_updates()
         self._settle(updates)
@@ -398,7 +410,9 @@ class NriPlugin(EngineWorker):
         container_id: str,
         record: dict[str, Any],
     ) -> tuple[Pinning, str | None]:
-        key, pinning = self.enforcer.create(create, sandbox_id=sandbox_id, resources=record)
+        key, pinning = self.enforcer.create(
+            create, sandbox_id=sandbox_id, resources=record, sync_later=True
+        )
         # NRI gives the container's id with its creation: bound at once; the re-pins of the
         # containers it narrows go in this response.
         self.enforcer.created(key, container_id)
@@ -449,16 +463,35 @@ class NriPlugin(EngineWorker):
         self.flush_soon()
         return api_pb2.StopContainerResponse(update=updates).SerializeToString()
 
+    async def _durable(self, container_id: str) -> None:
+        """Waits (within the answer time) for the fsync of the container's decision."""
+        synced = self._syncs.pop(container_id, None)
+        if synced is None:
+            return  # created before this plugin decided it (or long forgotten)
+        try:
+            await asyncio.wait_for(asyncio.shield(synced), self.answer_seconds)
+        except TimeoutError:
+            log.warning(
+                "PostCreateContainer of %s answered before its decision was on the disk (the "
+                "fsync is slow); it follows",
+                container_id,
+            )
+        except RuntimeError:
+            pass  # the worker is shut down: the plugin is stopping
+
     async def state_change(self, payload: bytes) -> bytes:
         event = api_pb2.StateChangeEvent.FromString(payload)
         pod, container = event.pod, event.container
         work: Callable[[], object] | None = None
-        if event.event == E.RUN_POD_SANDBOX:
+        if event.event == E.POST_CREATE_CONTAINER:
+            await self._durable(container.id)
+        elif event.event == E.RUN_POD_SANDBOX:
             self.runtime.pod_seen(pod)
         elif event.event == E.START_CONTAINER:
             self.runtime.container_seen(pod, container, api_pb2.CONTAINER_RUNNING)
             work = partial(self.enforcer.started, container.id)
         elif event.event == E.REMOVE_CONTAINER:
+            self._syncs.pop(container.id, None)
             self.runtime.container_removed(container.id)
             work = partial(self.enforcer.container_gone, container.id, "removed")
         elif event.event in (E.STOP_POD_SANDBOX, E.REMOVE_POD_SANDBOX):

@@ -246,8 +246,8 @@ class BalloonsPolicy(Policy):
             "balloon type's cpuClass sets its CPUs' class, not an annotation"
         )
 
-    def to_state(self) -> dict[str, Any]:
-        state = super().to_state()
+    def state_header(self) -> dict[str, Any]:
+        state = super().state_header()
         state["balloons"] = [
             {"type": b.type, "instance": b.instance, "cpus": str(b.cpus)} for b in self.balloons[1:]
         ]

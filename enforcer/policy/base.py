@@ -254,7 +254,12 @@ class Policy(ABC):
         return wanted & allowed or allowed or wanted
 
     def to_state(self) -> dict[str, Any]:
-        return {"policy": self.name, "admitted": [a.to_dict() for a in self.admitted.values()]}
+        return {**self.state_header(), "admitted": [a.to_dict() for a in self.admitted.values()]}
+
+    def state_header(self) -> dict[str, Any]:
+        """The saved state without the admitted containers: what a journal record carries
+        whole (small: the policy's name, and what a policy keeps besides its decisions)."""
+        return {"policy": self.name}
 
     def restore(self, state: Mapping[str, Any]) -> list[str]:
         """Re-admits a saved state's containers in their order, keeping their CPUs.

@@ -59,17 +59,23 @@ class CRIService(EngineWorker):
             return request
         resources = request.config.linux.resources
         try:
+            # The decision is in the state file when this returns, not yet fsynced: a restarted
+            # enforcer reads it; a power cut is covered by the fsync below before kubelet hears.
             key, pinning = await self.run(
                 partial(
                     self.enforcer.create,
                     container_create(request),
                     sandbox_id=request.pod_sandbox_id,
                     resources=resources_record(resources),
+                    sync_later=True,
                 )
             )
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
             return Refuse(STATUS[exc.reason], str(exc))
+        # The fsync runs on the worker while containerd creates the container (queued once
+        # the call is on its way); what the worker does for this call later comes after it.
+        synced = self.start_soon(self.enforcer.sync_state)
         hide_class_annotations(request)
         if pinning.cpus:
             resources.cpuset_cpus = pinning.cpus
@@ -80,6 +86,7 @@ class CRIService(EngineWorker):
             if response.status == OK and response.message is not None:
                 reply = api_pb2.CreateContainerResponse.FromString(response.message)
                 await self.run(self.enforcer.created, key, reply.container_id)
+                await synced  # done already: the worker ran it first
                 self.flush_soon()
             else:
                 uncertain = response.status in UNCERTAIN
@@ -91,6 +98,7 @@ class CRIService(EngineWorker):
                         details=response.details,
                     )
                 )
+                await synced
 
         return Forward(request.SerializeToString(), created)
 

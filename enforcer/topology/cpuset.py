@@ -7,6 +7,9 @@ from typing import Any
 
 # Linux supports at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; leave generous headroom.
 MAX_ID = 65535
+# Texts of sets printed lately, by set (bounded: cleared when full).
+_TEXTS: dict[frozenset[int], str] = {}
+_MAX_TEXTS = 4096
 
 
 class CPUSet(frozenset[int]):
@@ -64,7 +67,15 @@ class CPUSet(frozenset[int]):
         yield first, last
 
     def __str__(self) -> str:
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
+        # The same few sets (a pool, a container's CPUs) are printed over and over, for every
+        # container at every re-pin check: each text is made once.
+        text = _TEXTS.get(self)
+        if text is None:
+            text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
+            if len(_TEXTS) >= _MAX_TEXTS:
+                _TEXTS.clear()
+            _TEXTS[self] = text
+        return text
 
     def __repr__(self) -> str:
         return f"CPUSet({str(self)!r})"

@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from enforcer.cri import api_pb2, api_pb2_grpc
+from enforcer.state import StateStore
 from enforcer.topology import CPUSet
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess, free_port
@@ -173,10 +174,10 @@ def test_relay_socket_mode(enforcer: EnforcerProcess) -> None:
 
 
 def _exclusive_holders(state_dir: str) -> dict[int, list[str]]:
-    path = Path(state_dir, "state.json")
-    if not path.exists():  # moved aside, not yet rebuilt
+    # The state as the next process reads it: the file and its journal's records.
+    saved = StateStore(state_dir).load(move_aside=False)
+    if saved is None:  # moved aside, not yet rebuilt
         return {}
-    saved = json.loads(path.read_text())
     holders: dict[int, list[str]] = {}
     for entry in saved["policy"]["admitted"]:
         for cpu in CPUSet.parse(entry["exclusive"]):
@@ -217,7 +218,8 @@ def test_sigkill_in_a_churn_leaves_no_cpu_held_twice(
                 live = {
                     c.id for c in kubelet.list_containers() if c.state == api_pb2.CONTAINER_RUNNING
                 }
-                saved = json.loads(Path(proc.state_dir, "state.json").read_text())
+                saved = StateStore(proc.state_dir).load(move_aside=False)
+                assert saved is not None
                 tracked = {c["container_id"] for c in saved["containers"]}
                 assert tracked <= live | {None}, "state tracks containers that are gone"
                 for pod in running[1:]:

@@ -3,7 +3,6 @@ never stays cut off from the runtime."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.state import StateStore
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator
@@ -68,7 +68,9 @@ def test_a_killed_relay_comes_back_with_its_state(
             proc.wait_ready()
             kubelet.version()
             assert alive(supervisor)
-            saved = json.loads(Path(proc.state_dir, "state.json").read_text())
+            # The state as the next process reads it: the file and its journal's records.
+            saved = StateStore(proc.state_dir).load(move_aside=False)
+            assert saved is not None
             assert [a["request"]["pod_name"] for a in saved["policy"]["admitted"]] == ["kept"]
             assert "was killed by signal 9" in proc.log_tail(200)
         second = relay_pid(proc)

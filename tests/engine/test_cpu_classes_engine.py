@@ -268,12 +268,12 @@ class WatchingStore(StateStore):
         self.saves: list[tuple[dict[str, str], dict[str, str]]] = []
         self.fail: OSError | None = None
 
-    def save(self, data: dict, *, durable: bool = True) -> None:
+    def save(self, data: dict, *, durable: bool = True, sync_later: bool = False) -> None:
         remembered = data.get("controllers", {}).get("cpuclass", {}).get("remembered", {})
         if self.fail is not None and remembered:
             raise self.fail
         self.saves.append((class_files(self.sysfs), dict(remembered)))
-        super().save(data, durable=durable)
+        super().save(data, durable=durable, sync_later=sync_later)
 
 
 def test_the_originals_are_in_the_state_file_before_any_class_file_is_written(

@@ -81,10 +81,10 @@ class FailingStore(StateStore):
         super().__init__(path)
         self.fail: OSError | None = None
 
-    def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
+    def save(self, data: dict[str, Any], *, durable: bool = True, sync_later: bool = False) -> None:
         if self.fail is not None:
             raise self.fail
-        super().save(data, durable=durable)
+        super().save(data, durable=durable, sync_later=sync_later)
 
 
 class Clock:

@@ -30,6 +30,7 @@ DEFAULT_COUNTS: dict[str, int] = {
     "corrupt-state": 8,
     "changed-config": 8,
     "foreign-write": 21,
+    "power-cut": 8,
 }
 
 

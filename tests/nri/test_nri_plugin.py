@@ -6,6 +6,7 @@ re-pins wait for the runtime before their cgroups are read."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from enforcer.nri.plugin import EVENT_MASK, NriPlugin
 from enforcer.nri.runtime import NriRuntime, PendingCpusets
 from enforcer.nriapi import api_pb2
 from enforcer.state import StateStore
+from enforcer.state import store as store_module
 from enforcer.topology import Topology
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
@@ -100,8 +102,9 @@ def test_configure_subscribes_to_what_the_engine_needs(parts) -> None:
     answer = asyncio.run(plugin.configure(api_pb2.ConfigureRequest().SerializeToString()))
     events = api_pb2.ConfigureResponse.FromString(answer).events
     assert events == EVENT_MASK and events & ~0x7FF == 0
-    for event in ("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER",
-                  "START_CONTAINER", "STOP_POD_SANDBOX", "REMOVE_POD_SANDBOX"):  # fmt: skip
+    for event in ("CREATE_CONTAINER", "POST_CREATE_CONTAINER", "UPDATE_CONTAINER",
+                  "STOP_CONTAINER", "REMOVE_CONTAINER", "START_CONTAINER", "STOP_POD_SANDBOX",
+                  "REMOVE_POD_SANDBOX"):  # fmt: skip
         assert events & (1 << (api_pb2.Event.Value(event) - 1)), event
 
 
@@ -123,6 +126,41 @@ def test_create_answers_the_adjustment_and_refuses_as_the_relay(parts) -> None:
         assert "exclusive" in refused.value.message
 
     asyncio.run(main())
+
+
+def test_post_create_is_acknowledged_once_the_decision_is_on_the_disk(
+    parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreateContainer is answered once the decision is in the state journal; containerd
+    answers kubelet only after PostCreateContainer, which waits for the journal's fsync (run
+    while containerd creates the container)."""
+    plugin, _, _, enforcer = parts
+    synchronize(plugin)
+    store = enforcer.registry.store
+    assert store is not None
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:  # a slow disk
+        time.sleep(0.2)
+        real(fd)
+
+    monkeypatch.setattr(store_module.os, "fdatasync", slow)
+
+    async def main() -> tuple[float, float, bool]:
+        started = time.monotonic()
+        await plugin.create_container(create_request("g1", 1000))
+        answered = time.monotonic() - started
+        unsynced_at_answer = store.unsynced
+        event = api_pb2.StateChangeEvent(
+            event=api_pb2.Event.POST_CREATE_CONTAINER, pod=pod("g1"), container=container("g1")
+        )
+        await plugin.state_change(event.SerializeToString())
+        return answered, time.monotonic() - started, unsynced_at_answer
+
+    answered, acknowledged, unsynced_at_answer = asyncio.run(main())
+    assert unsynced_at_answer and answered < 0.2  # the fsync is not on the adjustment's path
+    assert not store.unsynced and acknowledged >= 0.2  # ...but before kubelet's answer
+    assert "c-g1" in {e.container_id for e in enforcer.registry.entries.values()}
 
 
 def test_a_busy_engine_gets_the_create_refused_in_time_and_released_after(parts) -> None:
