@@ -22,9 +22,9 @@ _ENTRY_OVERHEAD = 100
 
 
 def deep_size(obj: Any) -> int:
-    """Bytes taken by `obj` and what it holds: strings, numbers and (named) tuples, as the
-    cache's keys and values are made of. Shared objects are counted each time they appear,
-    so the figure errs on the high side."""
+    """Bytes taken by `obj` and what it holds: strings, bytes, numbers, (named) tuples and
+    dicts, as the cache's keys and values are made of. Shared objects are counted each time
+    they appear, so the figure errs on the high side."""
     total = 0
     stack = [obj]
     while stack:
@@ -32,6 +32,9 @@ def deep_size(obj: Any) -> int:
         total += sys.getsizeof(item)
         if isinstance(item, tuple):
             stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
     return total
 
 

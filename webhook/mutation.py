@@ -1,32 +1,42 @@
 """Pod -> `resource-enforcer.dev/resources` annotation -> JSON Patch. Pure: no I/O, no clock.
 
-The pod arrives as the plain dict of the AdmissionReview, already checked for shape by
-`webhook.admission`. The annotation itself is the contract's (`resource_contract.pod_annotation`);
-it depends only on a small, hashable part of the pod, so `Mutator` memoizes it, in a cache
-bounded in bytes (`webhook.cache`): the replicas of one Deployment cost one computation. A
-second pass over the pod it produced yields the same annotation (required by
+The pod arrives as decoded by `webhook.admission` (`webhook.shapes.PodS`). The annotation is
+the contract's (`resource_contract.pod_annotation`: what `compute_annotation` writes, the same
+bytes), computed here in one pass over the containers: every quantity checked and the QoS
+class found together, the class requests resolved once for all containers. It depends only on
+a small part of the pod (the namespace, the class and preference annotations, the containers'
+names and resources), so `Mutator` memoizes it with its encoded patch, keyed by that part's
+bytes, in a cache bounded in bytes (`webhook.cache`): the replicas of one Deployment cost one
+computation. A second pass over the pod it produced yields the same annotation (required by
 `reinvocationPolicy: IfNeeded`).
 """
 
 from __future__ import annotations
 
-import base64
 import sys
+from binascii import b2a_base64
 from collections.abc import Mapping
-from itertools import chain
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import msgspec
 
+from resource_contract.classes import ClassKind
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import (
-    PodInput,
+    Denial,
+    Pairs,
     Policy,
+    check_annotations,
     compact_json,
-    compute_annotation,
-    pod_input,
+    container_classes,
+    is_request_key,
+    quantity_denial,
+    quantity_text,
 )
+from resource_contract.quantities import parse_quantity
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
+from webhook.shapes import PodS, PodSpecS
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
 
@@ -83,28 +93,52 @@ def patch_json(patch: list[dict[str, Any]]) -> str:
     return msgspec.json.encode(patch).decode()
 
 
-def pod_input_size(key: PodInput) -> int:
-    """`deep_size(key)` for a PodInput, object by object as deep_size counts them, the loops
-    run in C: on a review of a new pod, sizing its key by the generic walk cost as much as
-    reading the review."""
+def _patch_frame(shape: str) -> tuple[bytes, bytes]:
+    """The bytes of `patch_json(patch_for(shape, value))` before and after the value's JSON
+    string (msgspec writes the same bytes for the same value wherever it stands)."""
+    mark = "@@VALUE@@"
+    raw = patch_json(patch_for(shape, mark)).encode()
+    before, after = raw.split(msgspec.json.encode(mark))
+    return before, after
+
+
+_PATCH_FRAMES = {shape: _patch_frame(shape) for shape in (SET, NO_ANNOTATIONS, NO_METADATA)}
+
+
+def encode_patch(shape: str, value: str) -> str:
+    """The patch setting `value` for a pod of `shape`, as the AdmissionReview carries it
+    (base64 of `patch_json(patch_for(shape, value))`)."""
+    before, after = _PATCH_FRAMES[shape]
+    return b2a_base64(before + msgspec.json.encode(value) + after, newline=False).decode()
+
+
+_SPEC_KEY = msgspec.json.Encoder()
+
+
+def key_size(key: tuple[str, str, Pairs, bytes]) -> int:
+    """`deep_size(key)` for a Mutator's key, object by object as deep_size counts them."""
     size = sys.getsizeof
-    total = size(key) + size(key.namespace) + size(key.containers) + size(key.init_containers)
-    pairs: list[tuple[str, Any]] = list(key.annotations)
-    total += size(key.annotations)
-    for group in (key.containers, key.init_containers):
-        total += sum(map(size, group))
-        for c in group:
-            total += size(c.name) + size(c.requests) + size(c.limits)
-            pairs += c.requests
-            pairs += c.limits
-    return total + sum(map(size, pairs)) + sum(map(size, chain.from_iterable(pairs)))
+    namespace, shape, pairs, spec = key
+    total = size(key) + size(namespace) + size(shape) + size(pairs) + size(spec)
+    for pair in pairs:
+        total += size(pair) + size(pair[0]) + size(pair[1])
+    return total
 
 
 class Mutation(NamedTuple):
     annotation: str  # the annotation's value, compact JSON
-    patch: list[dict[str, Any]]  # empty when the pod already carries exactly this value
-    patch_b64: str | None  # the patch as the AdmissionReview carries it
+    patch_b64: str | None  # the patch as the AdmissionReview carries it; None: no patch
     replaced: str | None  # a different value the pod's author had written, now overwritten
+    shape: str  # where the annotation goes: SET, NO_ANNOTATIONS or NO_METADATA
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        """The JSON Patch; empty when the pod already carries exactly this value."""
+        return [] if self.patch_b64 is None else patch_for(self.shape, self.annotation)
+
+
+_ZERO = Decimal(0)
+_Classes = tuple[dict[ClassKind, str] | None, ...]
 
 
 class Mutator:
@@ -116,36 +150,148 @@ class Mutator:
     ) -> None:
         self.policy = policy or Policy()
         # A sixteenth of the budget (at most 1 MiB) for the parts the replicas of a Deployment
-        # share (checked annotations, each container's classes); the rest for the annotations
-        # and patches. Together they stay within `cache_bytes`.
+        # share (checked annotations and each container's classes); the rest for the
+        # annotations and patches. Together they stay within `cache_bytes`.
         parts = min(cache_bytes // 16, 1024 * 1024)
         self.parts = ByteLRU(parts)
         self.cache = ByteLRU(cache_bytes - parts)
 
-    def _compute(self, pod: PodInput) -> str:
-        # The parts shared by the replicas of a Deployment are kept in the same cache.
-        return compute_annotation(pod, self.policy, self.parts.get_or_compute, annotation_json)
-
-    @staticmethod
-    def _encode(shape: str, value: str) -> str:
-        return base64.b64encode(patch_json(patch_for(shape, value)).encode()).decode()
-
-    def annotation(self, pod: Mapping[str, Any], namespace: str) -> str:
-        key = pod_input(pod, namespace)
-        # A Denial raised by the computation propagates and is not kept.
-        value: str = self.cache.get_or_compute(key, lambda: self._compute(key), pod_input_size)
-        return value
-
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
-        value = self.annotation(pod, namespace)
-        existing = ((pod.get("metadata") or {}).get("annotations") or {}).get(RESOURCES_KEY)
-        if existing == value:
-            return Mutation(value, [], None, None)
-        shape = patch_shape(pod)
-        encoded: str = self.cache.get_or_compute(
-            ("patch", shape, value), lambda: self._encode(shape, value)
+        """For a pod given as a plain dict (tests and tools)."""
+        return self.mutate_decoded(msgspec.convert(pod, PodS, strict=True), namespace)
+
+    def mutate_decoded(self, pod: PodS, namespace: str) -> Mutation:
+        metadata = pod.metadata
+        annotations = None if metadata is None else metadata.annotations
+        if metadata is None:
+            shape = NO_METADATA
+        else:
+            shape = SET if annotations is not None else NO_ANNOTATIONS
+        pairs: Pairs = (
+            tuple([(k, v) for k, v in annotations.items() if is_request_key(k)])
+            if annotations
+            else ()
         )
-        return Mutation(value, patch_for(shape, value), encoded, existing)
+        spec = pod.spec
+        # The containers' names and resources as bytes: cheap to make, hash and size, and
+        # what the annotation depends on (with the namespace and the request annotations).
+        key = (namespace, shape, pairs, _SPEC_KEY.encode(spec))
+        # A Denial raised by the computation propagates and is not kept.
+        value, encoded = self.cache.get_or_compute(
+            key, lambda: self._compute(spec, pairs, namespace, shape), key_size
+        )
+        existing = annotations.get(RESOURCES_KEY) if annotations else None
+        if existing == value:
+            return Mutation(value, None, None, shape)
+        return Mutation(value, encoded, existing, shape)
+
+    def _compute(self, spec: PodSpecS, pairs: Pairs, namespace: str, shape: str) -> tuple[str, str]:
+        value = self.annotation(spec, pairs, namespace)
+        return value, encode_patch(shape, value)
+
+    def annotation(self, spec: PodSpecS, pairs: Pairs, namespace: str) -> str:
+        """`compute_annotation`'s value for the pod (the same text, the same Denial first)."""
+        containers = spec.containers
+        init = spec.initContainers or ()
+        # Every quantity must parse as the enforcer will parse it, init containers first,
+        # requests before limits; the QoS class (the API server's rules: zero counts as
+        # absent, a missing request is its limit) is found in the same pass.
+        positive = False
+        guaranteed = True
+        numbers = False  # a quantity given as a JSON number: its text is written instead
+        bad: Denial | None = None
+        for field, group in (("initContainers", init), ("containers", containers)):
+            for c in group:
+                resources = c.resources
+                if resources is None:
+                    guaranteed = False
+                    continue
+                cpu = memory = limit_cpu = limit_memory = _ZERO
+                part = "requests"
+                try:
+                    requests = resources.requests
+                    if requests:
+                        for name, quantity in requests.items():
+                            if type(quantity) is not str:
+                                numbers = True
+                            parsed = parse_quantity(quantity)
+                            if name == "cpu":
+                                cpu = parsed
+                            elif name == "memory":
+                                memory = parsed
+                    part = "limits"
+                    limits = resources.limits
+                    if limits:
+                        for name, quantity in limits.items():
+                            if type(quantity) is not str:
+                                numbers = True
+                            parsed = parse_quantity(quantity)
+                            if name == "cpu":
+                                limit_cpu = parsed
+                            elif name == "memory":
+                                limit_memory = parsed
+                except (ValueError, ArithmeticError, TypeError):
+                    bad = quantity_denial(field, c.name, part, name, quantity)
+                    break
+                if cpu > 0 or memory > 0 or limit_cpu > 0 or limit_memory > 0:
+                    positive = True
+                if guaranteed and not (
+                    limit_cpu > 0
+                    and limit_memory > 0
+                    and (cpu <= 0 or cpu == limit_cpu)
+                    and (memory <= 0 or memory == limit_memory)
+                ):
+                    guaranteed = False
+            if bad is not None:
+                break
+        names = [c.name for c in init]
+        names += [c.name for c in containers]
+        if bad is not None:
+            # The annotations are checked first: their refusal comes before the quantity's.
+            check_annotations(dict(pairs), namespace, names, self.policy)
+            raise bad
+        qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
+        classes: _Classes = self.parts.get_or_compute(
+            ("classes", pairs, namespace, len(init), tuple(names), qos),
+            lambda: self._classes(pairs, namespace, names, len(init), qos),
+        )
+        return annotation_json(
+            {
+                "containers": _entries(containers, classes[: len(containers)], numbers),
+                "initContainers": _entries(init, classes[len(containers) :], numbers),
+            }
+        )
+
+    def _classes(
+        self, pairs: Pairs, namespace: str, names: list[str], init: int, qos: str
+    ) -> _Classes:
+        """After the annotations' checks, each container's classes: the containers', then
+        the init containers' (the order compute_annotation resolves them in)."""
+        annotations = dict(pairs)
+        check_annotations(annotations, namespace, names, self.policy)
+        policy = self.policy
+        return tuple(
+            container_classes(annotations, name, qos=qos, namespace=namespace, policy=policy)
+            for name in (*names[init:], *names[:init])
+        )
+
+
+def _entries(group: Any, classes: _Classes, numbers: bool) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for c, found in zip(group, classes, strict=True):
+        resources = c.resources
+        if resources is None:
+            entry: dict[str, Any] = {"requests": {}, "limits": {}}
+        else:
+            requests, limits = resources.requests or {}, resources.limits or {}
+            if numbers:
+                requests = {k: quantity_text(v) for k, v in requests.items()}
+                limits = {k: quantity_text(v) for k, v in limits.items()}
+            entry = {"requests": requests, "limits": limits}
+        if found is not None:
+            entry["classes"] = found
+        out[c.name] = entry
+    return out
 
 
 def mutate_pod(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> Mutation:

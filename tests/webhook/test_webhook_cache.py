@@ -32,11 +32,16 @@ def test_an_entry_larger_than_a_quarter_of_the_budget_is_not_kept() -> None:
 def test_a_wide_pod_is_charged_for_what_it_holds() -> None:
     wide = pod([container(f"c{i}", {"cpu": "1"}, {"cpu": "1"}) for i in range(2000)])
     mutator = Mutator(Policy(), cache_bytes=16 * 1024 * 1024)
-    mutator.mutate(wide, "shop")
-    # The key (2000 containers) and the annotation and patch (~100 KB each) are all counted.
-    assert len(mutator.cache) == 2
-    assert mutator.cache.bytes > 2000 * 300
+    m = mutator.mutate(wide, "shop")
+    # One entry: the key (2000 containers' names and resources) and the annotation and patch
+    # (~100 KB each) are all counted.
+    assert len(mutator.cache) == 1
+    assert m.patch_b64 is not None and len(m.annotation) > 2000 * 50
+    one = '{"name":"c0","resources":{"requests":{"cpu":"1"},"limits":{"cpu":"1"}}}'
+    key_bytes = 2000 * len(one)
+    assert mutator.cache.bytes > key_bytes + len(m.annotation) + len(m.patch_b64)
     assert deep_size(("a", ("b", "c"))) > deep_size("a") + deep_size("b") + deep_size("c")
+    assert deep_size({"a": "b"}) > deep_size("a") + deep_size("b")
 
 
 def test_denials_are_not_kept() -> None:
@@ -68,8 +73,7 @@ def test_serve_takes_cache_bytes_as_a_quantity(value: str, ok: bool) -> None:
 
 
 def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
-    from resource_contract.pod_annotation import pod_input
-    from webhook.mutation import pod_input_size
+    from webhook.mutation import key_size
 
     pods = [
         pod([container("app")]),
@@ -81,5 +85,7 @@ def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
     ]
     pods[2]["spec"]["initContainers"] = [container("init", {"cpu": "100m"}, {"cpu": "1"})]
     for p in pods:
-        key = pod_input(p, "shop")
-        assert pod_input_size(key) == deep_size(key)
+        mutator = Mutator(Policy())
+        mutator.mutate(p, "shop")
+        [key] = mutator.cache._entries
+        assert key_size(key) == deep_size(key)
