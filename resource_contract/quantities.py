@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 # No node has 10^24 bytes or CPUs; anything at or above is refused as out of range.
 MAX_EXPONENT = 24
@@ -30,6 +32,9 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 # MAX_LENGTH characters (under 1 MiB); emptied when full.
 _MEMO: dict[str, Decimal] = {}
 _MEMO_ENTRIES = 4096
+# The strings parsed already, for a caller's hot loop to look up before calling
+# parse_quantity (read only; a string not in it may still be valid).
+PARSED: Mapping[Any, Decimal] = _MEMO
 
 
 def parse_quantity(value: object) -> Decimal:

@@ -39,7 +39,8 @@ def deep_size(obj: Any) -> int:
 
 
 class ByteLRU:
-    """`get_or_compute(key, compute)` with the least recently used entries evicted first."""
+    """`get_or_compute(key, compute)` (or `get` and `put`) with the least recently used entries
+    evicted first."""
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if max_bytes < 0:
@@ -74,9 +75,25 @@ class ByteLRU:
                 self._entries.move_to_end(key)
                 return found[0]
         value = compute()  # outside the lock: two threads may compute the same key; both agree
-        size = key_size(key) + deep_size(value) + _ENTRY_OVERHEAD
+        self.put(key, value, key_size(key) + deep_size(value))
+        return value
+
+    def get(self, key: Hashable) -> Any:
+        """The value kept for `key` (now the most recently used), or None."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        """Keeps `value` for `key`, charged `size` bytes (at least what `deep_size` gives for
+        the key and the value) plus the entry's own; not kept when that is over a quarter of
+        the budget."""
+        size += _ENTRY_OVERHEAD
         if size > self.max_bytes // 4:
-            return value
+            return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
@@ -86,7 +103,6 @@ class ByteLRU:
             while self._bytes > self.max_bytes:
                 _, (_, evicted) = self._entries.popitem(last=False)
                 self._bytes -= evicted
-        return value
 
     def clear(self) -> None:
         with self._lock:

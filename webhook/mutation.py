@@ -34,7 +34,7 @@ from resource_contract.pod_annotation import (
     quantity_denial,
     quantity_text,
 )
-from resource_contract.quantities import parse_quantity
+from resource_contract.quantities import PARSED, parse_quantity
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
 from webhook.shapes import PodS, PodSpecS
 
@@ -112,17 +112,7 @@ def encode_patch(shape: str, value: str) -> str:
     return b2a_base64(before + msgspec.json.encode(value) + after, newline=False).decode()
 
 
-_SPEC_KEY = msgspec.json.Encoder()
-
-
-def key_size(key: tuple[str, str, Pairs, bytes]) -> int:
-    """`deep_size(key)` for a Mutator's key, object by object as deep_size counts them."""
-    size = sys.getsizeof
-    namespace, shape, pairs, spec = key
-    total = size(key) + size(namespace) + size(shape) + size(pairs) + size(spec)
-    for pair in pairs:
-        total += size(pair) + size(pair[0]) + size(pair[1])
-    return total
+_KEY = msgspec.json.Encoder()
 
 
 class Mutation(NamedTuple):
@@ -173,21 +163,22 @@ class Mutator:
             else ()
         )
         spec = pod.spec
-        # The containers' names and resources as bytes: cheap to make, hash and size, and
-        # what the annotation depends on (with the namespace and the request annotations).
-        key = (namespace, shape, pairs, _SPEC_KEY.encode(spec))
-        # A Denial raised by the computation propagates and is not kept.
-        value, encoded = self.cache.get_or_compute(
-            key, lambda: self._compute(spec, pairs, namespace, shape), key_size
-        )
+        # What the annotation depends on (the namespace, the request annotations, the
+        # containers' names and resources) and where it goes, as one JSON text: cheap to make,
+        # hash and size, and equal for the replicas of a Deployment.
+        key = _KEY.encode((namespace, shape, pairs, spec))
+        found: tuple[str, str] | None = self.cache.get(key)
+        if found is None:
+            # A Denial raised by the computation propagates and nothing is kept.
+            value = self.annotation(spec, pairs, namespace)
+            found = (value, encode_patch(shape, value))
+            size = sys.getsizeof
+            self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
+        value, encoded = found
         existing = annotations.get(RESOURCES_KEY) if annotations else None
         if existing == value:
             return Mutation(value, None, None, shape)
         return Mutation(value, encoded, existing, shape)
-
-    def _compute(self, spec: PodSpecS, pairs: Pairs, namespace: str, shape: str) -> tuple[str, str]:
-        value = self.annotation(spec, pairs, namespace)
-        return value, encode_patch(shape, value)
 
     def annotation(self, spec: PodSpecS, pairs: Pairs, namespace: str) -> str:
         """`compute_annotation`'s value for the pod (the same text, the same Denial first)."""
@@ -200,6 +191,7 @@ class Mutator:
         guaranteed = True
         numbers = False  # a quantity given as a JSON number: its text is written instead
         bad: Denial | None = None
+        known = PARSED
         for field, group in (("initContainers", init), ("containers", containers)):
             for c in group:
                 resources = c.resources
@@ -214,7 +206,7 @@ class Mutator:
                         for name, quantity in requests.items():
                             if type(quantity) is not str:
                                 numbers = True
-                            parsed = parse_quantity(quantity)
+                            parsed = known.get(quantity) or parse_quantity(quantity)
                             if name == "cpu":
                                 cpu = parsed
                             elif name == "memory":
@@ -225,7 +217,7 @@ class Mutator:
                         for name, quantity in limits.items():
                             if type(quantity) is not str:
                                 numbers = True
-                            parsed = parse_quantity(quantity)
+                            parsed = known.get(quantity) or parse_quantity(quantity)
                             if name == "cpu":
                                 limit_cpu = parsed
                             elif name == "memory":

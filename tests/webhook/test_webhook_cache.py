@@ -72,8 +72,8 @@ def test_serve_takes_cache_bytes_as_a_quantity(value: str, ok: bool) -> None:
         assert "--cache-bytes" in out.stderr
 
 
-def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
-    from webhook.mutation import key_size
+def test_a_pods_entry_is_charged_what_its_key_and_value_take() -> None:
+    from webhook.cache import _ENTRY_OVERHEAD
 
     pods = [
         pod([container("app")]),
@@ -87,5 +87,6 @@ def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
     for p in pods:
         mutator = Mutator(Policy())
         mutator.mutate(p, "shop")
-        [key] = mutator.cache._entries
-        assert key_size(key) == deep_size(key)
+        [(key, (value, charged))] = mutator.cache._entries.items()
+        assert charged == deep_size(key) + deep_size(value) + _ENTRY_OVERHEAD
+        assert mutator.cache.bytes == charged
