@@ -51,10 +51,13 @@ def parse_quantity(value: object) -> Decimal:
     return _parse(value)
 
 
+_NUMBERS = (int, float, Decimal)  # a tuple: `int | float | Decimal` is built at every call
+
+
 def _parse(value: object) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"invalid quantity {value!r}: not a number")
-    if isinstance(value, int | float | Decimal):
+    if isinstance(value, _NUMBERS):
         number = Decimal(value)
         if not number.is_finite():
             raise ValueError(f"invalid quantity {value!r}: not a finite number")

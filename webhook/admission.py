@@ -266,7 +266,7 @@ def response(
     uid: str,
     *,
     allowed: bool = True,
-    patch_b64: str | None = None,
+    patch_b64: bytes | None = None,
     code: int | None = None,
     message: str | None = None,
     warnings: list[str] | None = None,
@@ -276,12 +276,12 @@ def response(
         # nested dict costs more than everything else in the answer.
         head = _HEADS[api_version] + encode_basestring_ascii(uid).encode()
         if patch_b64:
-            return head + _PATCHED + patch_b64.encode() + b'"}}'
+            return head + _PATCHED + patch_b64 + b'"}}'
         return head + b',"allowed":true}}'
     answer: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if patch_b64:
         answer["patchType"] = "JSONPatch"
-        answer["patch"] = patch_b64
+        answer["patch"] = patch_b64.decode("ascii")
     if code is not None:
         # metav1.Status: the API server shows `message` to the user who created the pod.
         answer["status"] = {

@@ -105,11 +105,11 @@ def _patch_frame(shape: str) -> tuple[bytes, bytes]:
 _PATCH_FRAMES = {shape: _patch_frame(shape) for shape in (SET, NO_ANNOTATIONS, NO_METADATA)}
 
 
-def encode_patch(shape: str, value: str) -> str:
+def encode_patch(shape: str, value: str) -> bytes:
     """The patch setting `value` for a pod of `shape`, as the AdmissionReview carries it
-    (base64 of `patch_json(patch_for(shape, value))`)."""
+    (base64 of `patch_json(patch_for(shape, value))`, ASCII)."""
     before, after = _PATCH_FRAMES[shape]
-    return b2a_base64(before + msgspec.json.encode(value) + after, newline=False).decode()
+    return b2a_base64(before + msgspec.json.encode(value) + after, newline=False)
 
 
 _KEY = msgspec.json.Encoder()
@@ -117,7 +117,7 @@ _KEY = msgspec.json.Encoder()
 
 class Mutation(NamedTuple):
     annotation: str  # the annotation's value, compact JSON
-    patch_b64: str | None  # the patch as the AdmissionReview carries it; None: no patch
+    patch_b64: bytes | None  # the patch as the AdmissionReview carries it; None: no patch
     replaced: str | None  # a different value the pod's author had written, now overwritten
     shape: str  # where the annotation goes: SET, NO_ANNOTATIONS or NO_METADATA
 
@@ -167,7 +167,7 @@ class Mutator:
         # containers' names and resources) and where it goes, as one JSON text: cheap to make,
         # hash and size, and equal for the replicas of a Deployment.
         key = _KEY.encode((namespace, shape, pairs, spec))
-        found: tuple[str, str] | None = self.cache.get(key)
+        found: tuple[str, bytes] | None = self.cache.get(key)
         if found is None:
             # A Denial raised by the computation propagates and nothing is kept.
             value = self.annotation(spec, pairs, namespace)

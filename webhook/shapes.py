@@ -96,7 +96,8 @@ class AnyReview(TypedDict):
     request: AnyRequest
 
 
-# The same shapes as Structs (what every review is decoded into).
+# The same shapes as Structs (what every review is decoded into). None is part of a cycle,
+# so the garbage collector need not track them (gc=False).
 
 
 class GroupVersionKindS(msgspec.Struct, gc=False):
@@ -111,22 +112,22 @@ class GroupVersionResourceS(msgspec.Struct, gc=False):
     group: str = ""
 
 
-class ResourcesS(msgspec.Struct):
+class ResourcesS(msgspec.Struct, gc=False):
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
 
 
-class ContainerS(msgspec.Struct):
+class ContainerS(msgspec.Struct, gc=False):
     name: NonEmpty
     resources: ResourcesS | None = None
 
 
-class PodSpecS(msgspec.Struct):
+class PodSpecS(msgspec.Struct, gc=False):
     containers: list[ContainerS]
     initContainers: list[ContainerS] | None = None
 
 
-class ObjectMetaS(msgspec.Struct):
+class ObjectMetaS(msgspec.Struct, gc=False):
     name: str | None = None
     generateName: str | None = None
     namespace: str | None = None
@@ -134,14 +135,14 @@ class ObjectMetaS(msgspec.Struct):
     deletionTimestamp: str | None = None
 
 
-class PodS(msgspec.Struct):
+class PodS(msgspec.Struct, gc=False):
     """The part of a Pod the webhook reads."""
 
     spec: PodSpecS
     metadata: ObjectMetaS | None = None
 
 
-class RequestS(msgspec.Struct):
+class RequestS(msgspec.Struct, gc=False):
     uid: NonEmpty
     kind: GroupVersionKindS
     resource: GroupVersionResourceS
@@ -152,7 +153,7 @@ class RequestS(msgspec.Struct):
     object: PodS | None = None
 
 
-class ReviewS(msgspec.Struct):
+class ReviewS(msgspec.Struct, gc=False):
     apiVersion: ApiVersion
     kind: ReviewKind
     request: RequestS
