@@ -23,7 +23,8 @@ _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
     r"(?:(?P<binary>[KMGTPE]i)|(?P<exponent>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))"
 )
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+# The binary suffixes' factors (1024^n), as Decimals: exact, and no power taken per parse.
+_BINARY = {s: Decimal(1024**n) for n, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
@@ -76,7 +77,7 @@ def _parse(value: object) -> Decimal:
     except InvalidOperation:
         raise ValueError(f"invalid quantity {value!r}") from None
     if match["binary"]:
-        return _bounded(number * 1024 ** _BINARY[match["binary"]], value)
+        return _bounded(number * _BINARY[match["binary"]], value)
     suffix = match["exponent"]
     exponent = int(suffix[1:]) if suffix else _DECIMAL[match["decimal"] or ""]
     # Checked before scaling: the exponent alone may be absurd.

@@ -35,7 +35,7 @@ from resource_contract.pod_annotation import (
     quantity_text,
 )
 from resource_contract.quantities import PARSED, parse_quantity
-from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
+from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, deep_size
 from webhook.shapes import PodS, PodSpecS
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
@@ -243,10 +243,11 @@ class Mutator:
             check_annotations(dict(pairs), namespace, names, self.policy)
             raise bad
         qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
-        classes: _Classes = self.parts.get_or_compute(
-            ("classes", pairs, namespace, len(init), tuple(names), qos),
-            lambda: self._classes(pairs, namespace, names, len(init), qos),
-        )
+        key = (pairs, namespace, len(init), tuple(names), qos)
+        classes: _Classes | None = self.parts.get(key)
+        if classes is None:
+            classes = self._classes(pairs, namespace, names, len(init), qos)
+            self.parts.put(key, classes, deep_size(key) + deep_size(classes))
         return annotation_json(
             {
                 "containers": _entries(containers, classes[: len(containers)], numbers),
