@@ -6,6 +6,10 @@ Here every entry is charged what its key and value take (`deep_size`), the total
 `max_bytes`, the least recently used entries go first, and an entry larger than a quarter of
 the budget is not kept at all (it would evict everything else for one pod). Thread-safe: large
 reviews are answered on a worker thread while small ones are answered on the event loop.
+
+`SeenBefore` tells a key seen for the first time (lately) from one seen before, so that a
+caller keeps only what came twice: the pods of a Deployment's replicas, not the one-off pods
+that would only push them out.
 """
 
 from __future__ import annotations
@@ -108,3 +112,31 @@ class ByteLRU:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+class SeenBefore:
+    """Whether a key's hash was marked before: one bit per hash slot, `bits` of them (a set
+    bit may be another key's: then a key seen once counts as seen). All are cleared after
+    `bits // 4` marks, so at most a quarter is set and old sightings fade."""
+
+    def __init__(self, bits: int = 1 << 20) -> None:
+        if bits <= 0 or bits & (bits - 1):
+            raise ValueError(f"bits must be a power of two, not {bits}")
+        self._table = bytearray(bits // 8)
+        self._mask = bits - 1
+        self._marks = 0
+        self._limit = bits // 4
+
+    def check_and_mark(self, key_hash: int) -> bool:
+        """Whether `key_hash` was marked since the last clearing; marks it."""
+        slot = key_hash & self._mask
+        byte, bit = slot >> 3, 1 << (slot & 7)
+        table = self._table
+        if table[byte] & bit:
+            return True
+        if self._marks >= self._limit:
+            table[:] = bytes(len(table))
+            self._marks = 0
+        table[byte] |= bit
+        self._marks += 1
+        return False

@@ -6,8 +6,9 @@ bytes), computed here in one pass over the containers: every quantity checked an
 class found together, the class requests resolved once for all containers. It depends only on
 a small part of the pod (the namespace, the class and preference annotations, the containers'
 names and resources), so `Mutator` memoizes it with its encoded patch, keyed by that part's
-bytes, in a cache bounded in bytes (`webhook.cache`): the replicas of one Deployment cost one
-computation. A second pass over the pod it produced yields the same annotation (required by
+bytes, in a cache bounded in bytes (`webhook.cache`), from the second pod with that part on:
+the replicas of one Deployment cost two computations, a pod like no other costs no cache
+entry. A second pass over the pod it produced yields the same annotation (required by
 `reinvocationPolicy: IfNeeded`).
 """
 
@@ -35,7 +36,7 @@ from resource_contract.pod_annotation import (
     quantity_text,
 )
 from resource_contract.quantities import PARSED, parse_quantity
-from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, deep_size
+from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, SeenBefore, deep_size
 from webhook.shapes import PodS, PodSpecS
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
@@ -145,6 +146,7 @@ class Mutator:
         parts = min(cache_bytes // 16, 1024 * 1024)
         self.parts = ByteLRU(parts)
         self.cache = ByteLRU(cache_bytes - parts)
+        self.seen = SeenBefore()  # the keys of the pods computed lately (128 KiB)
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
         """For a pod given as a plain dict (tests and tools)."""
@@ -172,8 +174,11 @@ class Mutator:
             # A Denial raised by the computation propagates and nothing is kept.
             value = self.annotation(spec, pairs, namespace)
             found = (value, encode_patch(shape, value))
-            size = sys.getsizeof
-            self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
+            # Kept from the second time on: a pod seen once (most are, in a cluster without
+            # replicas) would only push out the Deployments' pods.
+            if self.seen.check_and_mark(hash(key)):
+                size = sys.getsizeof
+                self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
         value, encoded = found
         existing = annotations.get(RESOURCES_KEY) if annotations else None
         if existing == value:

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from wh_support import BIN, container, pod
 
-from webhook.cache import ByteLRU, deep_size
+from webhook.cache import ByteLRU, SeenBefore, deep_size
 from webhook.mutation import Mutator, Policy
 
 
@@ -33,6 +33,8 @@ def test_a_wide_pod_is_charged_for_what_it_holds() -> None:
     wide = pod([container(f"c{i}", {"cpu": "1"}, {"cpu": "1"}) for i in range(2000)])
     mutator = Mutator(Policy(), cache_bytes=16 * 1024 * 1024)
     m = mutator.mutate(wide, "shop")
+    assert len(mutator.cache) == 0  # seen once: not kept
+    assert mutator.mutate(wide, "shop") == m
     # One entry: the key (2000 containers' names and resources) and the annotation and patch
     # (~100 KB each) are all counted.
     assert len(mutator.cache) == 1
@@ -87,6 +89,35 @@ def test_a_pods_entry_is_charged_what_its_key_and_value_take() -> None:
     for p in pods:
         mutator = Mutator(Policy())
         mutator.mutate(p, "shop")
+        mutator.mutate(p, "shop")  # kept the second time
         [(key, (value, charged))] = mutator.cache._entries.items()
         assert charged == deep_size(key) + deep_size(value) + _ENTRY_OVERHEAD
         assert mutator.cache.bytes == charged
+
+
+def test_a_pod_is_kept_from_its_second_review_on() -> None:
+    mutator = Mutator(Policy())
+    pods = [pod([container("app", {"memory": f"{i}Mi"})]) for i in range(1, 200)]
+    for p in pods:
+        mutator.mutate(p, "shop")
+    assert len(mutator.cache) == 0  # all different: nothing kept
+    for p in pods[:50]:
+        mutator.mutate(p, "shop")
+    assert len(mutator.cache) == 50
+    hits = mutator.cache.get
+    calls = []
+    mutator.cache.get = lambda key: calls.append(hits(key)) or calls[-1]  # type: ignore[method-assign]
+    mutator.mutate(pods[0], "shop")
+    assert calls and calls[-1] is not None  # answered from the cache
+
+
+def test_seen_before_marks_and_fades() -> None:
+    seen = SeenBefore(bits=64)
+    assert not seen.check_and_mark(5)
+    assert seen.check_and_mark(5)
+    assert seen.check_and_mark(5 + 64)  # the same slot: counted as seen (errs towards keeping)
+    for h in range(100, 116):  # a quarter of the bits marked: all cleared at the next mark
+        seen.check_and_mark(h)
+    assert not seen.check_and_mark(5)
+    with pytest.raises(ValueError, match="power of two"):
+        SeenBefore(bits=100)
