@@ -24,7 +24,8 @@ _QUANTITY = re.compile(
     r"(?:(?P<binary>[KMGTPE]i)|(?P<exponent>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))"
 )
 # The binary suffixes' factors (1024^n), as Decimals: exact, and no power taken per parse.
-_BINARY = {s: Decimal(1024**n) for n, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)}
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_BINARY = {s: Decimal(1024**n) for n, s in enumerate(_BINARY_SUFFIXES, 1)}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
@@ -67,19 +68,29 @@ def _parse(value: object) -> Decimal:
         raise ValueError(f"invalid quantity {value!r}: not a string or a number")
     if len(value) > MAX_LENGTH:
         raise ValueError(f"invalid quantity {value[:20]!r}...: longer than {MAX_LENGTH} characters")
-    if value != value.strip():
-        raise ValueError(f"invalid quantity {value!r}: surrounding whitespace")
-    match = _QUANTITY.fullmatch(value)
-    if match is None:
-        raise ValueError(f"invalid quantity {value!r}")
-    try:
-        number = Decimal(match["number"])
-    except InvalidOperation:
-        raise ValueError(f"invalid quantity {value!r}") from None
-    if match["binary"]:
-        return _bounded(number * _BINARY[match["binary"]], value)
-    suffix = match["exponent"]
-    exponent = int(suffix[1:]) if suffix else _DECIMAL[match["decimal"] or ""]
+    # The usual forms, ASCII digits with a unit or none (`1048576Ki`, `500m`, `2`), are read
+    # without the regular expression; everything else through it. The same result either way.
+    digits = value[:-2]
+    if value[-2:] in _BINARY and digits.isdigit() and digits.isascii():
+        return _bounded(Decimal(digits) * _BINARY[value[-2:]], value)
+    if value.isdigit() and value.isascii():
+        number, exponent = Decimal(value), 0
+    elif value[-1:] in _DECIMAL and (digits := value[:-1]).isdigit() and digits.isascii():
+        number, exponent = Decimal(digits), _DECIMAL[value[-1]]
+    else:
+        if value != value.strip():
+            raise ValueError(f"invalid quantity {value!r}: surrounding whitespace")
+        match = _QUANTITY.fullmatch(value)
+        if match is None:
+            raise ValueError(f"invalid quantity {value!r}")
+        try:
+            number = Decimal(match["number"])
+        except InvalidOperation:
+            raise ValueError(f"invalid quantity {value!r}") from None
+        if match["binary"]:
+            return _bounded(number * _BINARY[match["binary"]], value)
+        suffix = match["exponent"]
+        exponent = int(suffix[1:]) if suffix else _DECIMAL[match["decimal"] or ""]
     # Checked before scaling: the exponent alone may be absurd.
     if number and number.adjusted() + exponent >= MAX_EXPONENT:
         raise ValueError(f"invalid quantity {value!r}: out of range (at least 10^{MAX_EXPONENT})")

@@ -230,13 +230,14 @@ class Mutator:
                 except (ValueError, ArithmeticError, TypeError):
                     bad = quantity_denial(field, c.name, part, name, quantity)
                     break
-                if cpu > 0 or memory > 0 or limit_cpu > 0 or limit_memory > 0:
+                zero = _ZERO
+                if cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero:
                     positive = True
                 if guaranteed and not (
-                    limit_cpu > 0
-                    and limit_memory > 0
-                    and (cpu <= 0 or cpu == limit_cpu)
-                    and (memory <= 0 or memory == limit_memory)
+                    limit_cpu > zero
+                    and limit_memory > zero
+                    and (cpu <= zero or cpu == limit_cpu)
+                    and (memory <= zero or memory == limit_memory)
                 ):
                     guaranteed = False
             if bad is not None:
