@@ -14,6 +14,7 @@ that would only push them out.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections import OrderedDict
@@ -84,12 +85,14 @@ class ByteLRU:
 
     def get(self, key: Hashable) -> Any:
         """The value kept for `key` (now the most recently used), or None."""
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
+        # No lock: each of these two steps is atomic, and an entry evicted between them by
+        # another thread was found all the same.
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        with contextlib.suppress(KeyError):
             self._entries.move_to_end(key)
-            return found[0]
+        return found[0]
 
     def put(self, key: Hashable, value: Any, size: int) -> None:
         """Keeps `value` for `key`, charged `size` bytes (at least what `deep_size` gives for
@@ -115,28 +118,26 @@ class ByteLRU:
 
 
 class SeenBefore:
-    """Whether a key's hash was marked before: one bit per hash slot, `bits` of them (a set
-    bit may be another key's: then a key seen once counts as seen). All are cleared after
-    `bits // 4` marks, so at most a quarter is set and old sightings fade."""
+    """Whether a key's hash was marked before: one byte per hash slot, `slots` of them (a
+    marked slot may be another key's: then a key seen once counts as seen). All are cleared
+    after `slots // 4` marks, so at most a quarter is marked and old sightings fade."""
 
-    def __init__(self, bits: int = 1 << 20) -> None:
-        if bits <= 0 or bits & (bits - 1):
-            raise ValueError(f"bits must be a power of two, not {bits}")
-        self._table = bytearray(bits // 8)
-        self._mask = bits - 1
+    def __init__(self, slots: int = 1 << 18) -> None:
+        if slots <= 0 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, not {slots}")
+        self._table = bytearray(slots)
+        self._mask = slots - 1
         self._marks = 0
-        self._limit = bits // 4
+        self._limit = slots // 4
 
     def check_and_mark(self, key_hash: int) -> bool:
         """Whether `key_hash` was marked since the last clearing; marks it."""
         slot = key_hash & self._mask
-        byte, bit = slot >> 3, 1 << (slot & 7)
-        table = self._table
-        if table[byte] & bit:
+        if self._table[slot]:
             return True
         if self._marks >= self._limit:
-            table[:] = bytes(len(table))
+            self._table[:] = bytes(len(self._table))
             self._marks = 0
-        table[byte] |= bit
+        self._table[slot] = 1
         self._marks += 1
         return False

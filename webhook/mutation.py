@@ -146,7 +146,7 @@ class Mutator:
         parts = min(cache_bytes // 16, 1024 * 1024)
         self.parts = ByteLRU(parts)
         self.cache = ByteLRU(cache_bytes - parts)
-        self.seen = SeenBefore()  # the keys of the pods computed lately (128 KiB)
+        self.seen = SeenBefore()  # the keys of the pods computed lately (256 KiB)
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
         """For a pod given as a plain dict (tests and tools)."""
@@ -197,11 +197,15 @@ class Mutator:
         numbers = False  # a quantity given as a JSON number: its text is written instead
         bad: Denial | None = None
         known = PARSED
+        # Each container's entry, init containers first: its requests and limits as the pod
+        # gives them (the decoded maps), its classes once the QoS class is known.
+        entries: list[dict[str, Any]] = []
         for field, group in (("initContainers", init), ("containers", containers)):
             for c in group:
                 resources = c.resources
                 if resources is None:
                     guaranteed = False
+                    entries.append({"requests": {}, "limits": {}})
                     continue
                 cpu = memory = limit_cpu = limit_memory = _ZERO
                 part = "requests"
@@ -230,6 +234,7 @@ class Mutator:
                 except (ValueError, ArithmeticError, TypeError):
                     bad = quantity_denial(field, c.name, part, name, quantity)
                     break
+                entries.append({"requests": requests or {}, "limits": limits or {}})
                 zero = _ZERO
                 if cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero:
                     positive = True
@@ -254,10 +259,16 @@ class Mutator:
         if classes is None:
             classes = self._classes(pairs, namespace, names, len(init), qos)
             self.parts.put(key, classes, deep_size(key) + deep_size(classes))
+        if numbers:
+            for entry in entries:
+                entry["requests"] = {k: quantity_text(v) for k, v in entry["requests"].items()}
+                entry["limits"] = {k: quantity_text(v) for k, v in entry["limits"].items()}
+        # The containers' classes come first in `classes`, the init containers' after.
+        n = len(containers)
         return annotation_json(
             {
-                "containers": _entries(containers, classes[: len(containers)], numbers),
-                "initContainers": _entries(init, classes[len(containers) :], numbers),
+                "containers": _named(containers, entries[len(init) :], classes[:n]),
+                "initContainers": _named(init, entries, classes[n:]),
             }
         )
 
@@ -275,18 +286,10 @@ class Mutator:
         )
 
 
-def _entries(group: Any, classes: _Classes, numbers: bool) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for c, found in zip(group, classes, strict=True):
-        resources = c.resources
-        if resources is None:
-            entry: dict[str, Any] = {"requests": {}, "limits": {}}
-        else:
-            requests, limits = resources.requests or {}, resources.limits or {}
-            if numbers:
-                requests = {k: quantity_text(v) for k, v in requests.items()}
-                limits = {k: quantity_text(v) for k, v in limits.items()}
-            entry = {"requests": requests, "limits": limits}
+def _named(group: Any, entries: list[dict[str, Any]], classes: _Classes) -> dict[str, Any]:
+    """The group's entries by container name, each with its classes when it has some."""
+    out: dict[str, Any] = {}
+    for c, entry, found in zip(group, entries, classes, strict=False):  # entries may run on
         if found is not None:
             entry["classes"] = found
         out[c.name] = entry

@@ -112,12 +112,12 @@ def test_a_pod_is_kept_from_its_second_review_on() -> None:
 
 
 def test_seen_before_marks_and_fades() -> None:
-    seen = SeenBefore(bits=64)
+    seen = SeenBefore(slots=64)
     assert not seen.check_and_mark(5)
     assert seen.check_and_mark(5)
     assert seen.check_and_mark(5 + 64)  # the same slot: counted as seen (errs towards keeping)
-    for h in range(100, 116):  # a quarter of the bits marked: all cleared at the next mark
+    for h in range(100, 116):  # a quarter of the slots marked: all cleared at the next mark
         seen.check_and_mark(h)
     assert not seen.check_and_mark(5)
     with pytest.raises(ValueError, match="power of two"):
-        SeenBefore(bits=100)
+        SeenBefore(slots=100)
