@@ -128,6 +128,20 @@ class Mutation(NamedTuple):
         return [] if self.patch_b64 is None else patch_for(self.shape, self.annotation)
 
 
+class _RequestKeys(dict[str, bool]):
+    """`is_request_key` for the annotation keys seen lately (pods repeat a few keys): at most
+    4096 keys of at most 128 characters are kept (~1 MiB), and all are dropped when full."""
+
+    def __missing__(self, key: str) -> bool:
+        found = is_request_key(key)
+        if len(key) <= 128:
+            if len(self) >= 4096:
+                self.clear()
+            self[key] = found
+        return found
+
+
+_REQUEST_KEYS = _RequestKeys()
 _ZERO = Decimal(0)
 _Classes = tuple[dict[ClassKind, str] | None, ...]
 
@@ -159,10 +173,9 @@ class Mutator:
             shape = NO_METADATA
         else:
             shape = SET if annotations is not None else NO_ANNOTATIONS
+        keys = _REQUEST_KEYS
         pairs: Pairs = (
-            tuple([(k, v) for k, v in annotations.items() if is_request_key(k)])
-            if annotations
-            else ()
+            tuple([(k, v) for k, v in annotations.items() if keys[k]]) if annotations else ()
         )
         spec = pod.spec
         # What the annotation depends on (the namespace, the request annotations, the
