@@ -118,26 +118,29 @@ class ByteLRU:
 
 
 class SeenBefore:
-    """Whether a key's hash was marked before: one byte per hash slot, `slots` of them (a
-    marked slot may be another key's: then a key seen once counts as seen). All are cleared
-    after `slots // 4` marks, so at most a quarter is marked and old sightings fade."""
+    """Whether a key's hash was marked before: `slots` bytes, each holding a fingerprint (8
+    more bits of the hash) of the last hash marked in it, so that another key in the same slot
+    is mistaken for this one only once in 255 times (then a key seen once counts as seen). All
+    are cleared after `slots // 4` marks, so that old sightings fade."""
 
     def __init__(self, slots: int = 1 << 18) -> None:
         if slots <= 0 or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, not {slots}")
         self._table = bytearray(slots)
         self._mask = slots - 1
+        self._shift = slots.bit_length() - 1
         self._marks = 0
         self._limit = slots // 4
 
     def check_and_mark(self, key_hash: int) -> bool:
         """Whether `key_hash` was marked since the last clearing; marks it."""
         slot = key_hash & self._mask
-        if self._table[slot]:
+        fingerprint = (key_hash >> self._shift) % 255 + 1  # never 0, the empty slot's
+        if self._table[slot] == fingerprint:
             return True
         if self._marks >= self._limit:
             self._table[:] = bytes(len(self._table))
             self._marks = 0
-        self._table[slot] = 1
+        self._table[slot] = fingerprint
         self._marks += 1
         return False

@@ -115,9 +115,21 @@ def test_seen_before_marks_and_fades() -> None:
     seen = SeenBefore(slots=64)
     assert not seen.check_and_mark(5)
     assert seen.check_and_mark(5)
-    assert seen.check_and_mark(5 + 64)  # the same slot: counted as seen (errs towards keeping)
+    # Another hash in the same slot: told apart by its fingerprint, and it takes the slot.
+    assert not seen.check_and_mark(5 + 64)
+    assert seen.check_and_mark(5 + 64)
+    assert not seen.check_and_mark(5)
     for h in range(100, 116):  # a quarter of the slots marked: all cleared at the next mark
         seen.check_and_mark(h)
     assert not seen.check_and_mark(5)
     with pytest.raises(ValueError, match="power of two"):
         SeenBefore(slots=100)
+
+
+def test_seen_before_rarely_mistakes_one_key_for_another() -> None:
+    import random
+
+    seen = SeenBefore()
+    rng = random.Random(7)
+    mistaken = sum(seen.check_and_mark(rng.getrandbits(64)) for _ in range(200_000))
+    assert mistaken < 200_000 * 0.01
