@@ -226,9 +226,10 @@ class Mutator:
                     requests = resources.requests
                     if requests:
                         for name, quantity in requests.items():
-                            if type(quantity) is not str:
-                                numbers = True
-                            parsed = known.get(quantity) or parse_quantity(quantity)
+                            parsed = known.get(quantity)
+                            if parsed is None:  # not a string parsed before
+                                parsed = parse_quantity(quantity)
+                                numbers = numbers or type(quantity) is not str
                             if name == "cpu":
                                 cpu = parsed
                             elif name == "memory":
@@ -237,9 +238,10 @@ class Mutator:
                     limits = resources.limits
                     if limits:
                         for name, quantity in limits.items():
-                            if type(quantity) is not str:
-                                numbers = True
-                            parsed = known.get(quantity) or parse_quantity(quantity)
+                            parsed = known.get(quantity)
+                            if parsed is None:  # not a string parsed before
+                                parsed = parse_quantity(quantity)
+                                numbers = numbers or type(quantity) is not str
                             if name == "cpu":
                                 limit_cpu = parsed
                             elif name == "memory":
