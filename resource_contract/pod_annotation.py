@@ -169,6 +169,17 @@ def quantity_text(value: str | int | float) -> str:
     return repr(value)
 
 
+def quantity_denial(field: str, container: str, part: str, name: str, value: Any) -> Denial:
+    """The refusal of a quantity that does not parse, `field` being containers or
+    initContainers and `part` requests or limits."""
+    return Denial(
+        400,
+        "quantity",
+        f'{field} "{container}": resources.{part}.{name}: '
+        f'"{quantity_text(value)}" is not a valid quantity',
+    )
+
+
 def _check_quantities(pod: PodInput) -> None:
     """Every quantity, not only the cpu and memory that the QoS class reads, must parse the
     way the enforcer will parse it."""
@@ -182,17 +193,14 @@ def _check_quantities(pod: PodInput) -> None:
                     try:
                         parse_quantity(value)
                     except (ValueError, ArithmeticError, TypeError):
-                        raise Denial(
-                            400,
-                            "quantity",
-                            f'{field} "{c.name}": resources.{part}.{name}: '
-                            f'"{quantity_text(value)}" is not a valid quantity',
-                        ) from None
+                        raise quantity_denial(field, c.name, part, name, value) from None
 
 
-def _classes(
+def container_classes(
     annotations: Mapping[str, str], container: str, *, qos: str, namespace: str, policy: Policy
 ) -> dict[ClassKind, str] | None:
+    """The classes a container asked for (or its QoS class's defaults), or None; raises
+    Denial for a request that must be refused."""
     if not annotations and policy.configured is None:
         return None  # nothing asked, and no QoS-named default without a configuration
     found: dict[ClassKind, str] = {}
@@ -223,12 +231,11 @@ def _no_memo(key: Hashable, compute: Callable[[], Any]) -> Any:
     return compute()
 
 
-def _check_annotations(
-    annotations: dict[str, str],
-    namespace: str,
-    pod_containers: tuple[ContainerInput, ...],
-    policy: Policy,
+def check_annotations(
+    annotations: dict[str, str], namespace: str, names: list[str], policy: Policy
 ) -> bool:
+    """Raises Denial for a class, preference, balloon, CPU class or affinity request that
+    must be refused; `names` are the pod's containers, init containers first."""
     try:
         validate_preference_annotations(annotations)
     except PreferenceError as exc:
@@ -244,7 +251,6 @@ def _check_annotations(
         validate_class_annotations(annotations)
     except ClassRequestError as exc:
         raise Denial(400, exc.reason, str(exc)) from None
-    names = [c.name for c in pod_containers]
     try:
         validate_balloon_annotations(annotations)
         for name in names:
@@ -297,7 +303,7 @@ def compute_annotation(
     containers = pod.init_containers + pod.containers
     memo(
         ("checked", pod.annotations, pod.namespace, tuple(c.name for c in containers)),
-        lambda: _check_annotations(annotations, pod.namespace, containers, policy),
+        lambda: check_annotations(annotations, pod.namespace, [c.name for c in containers], policy),
     )
     _check_quantities(pod)
     qos = qos_of_containers(
@@ -314,7 +320,12 @@ def compute_annotation(
             classes = memo(
                 ("classes", pod.annotations, c.name, qos, pod.namespace),
                 partial(
-                    _classes, annotations, c.name, qos=qos, namespace=pod.namespace, policy=policy
+                    container_classes,
+                    annotations,
+                    c.name,
+                    qos=qos,
+                    namespace=pod.namespace,
+                    policy=policy,
                 ),
             )
             if classes is not None:

@@ -1,8 +1,9 @@
 """AdmissionReview in, AdmissionReview out. Pure: bytes -> Result, no I/O.
 
-The body is decoded by msgspec straight from the bytes into plain dicts, typed as a review of a
-pod: only the fields the webhook reads are built (`oldObject`, `userInfo`, the pod's volumes
-and so on are skipped), and types are never coerced. When that fails, a second, looser reading
+The body is decoded by msgspec straight from the bytes into Structs, typed as a review of a pod
+(`webhook.shapes`): only the fields the webhook reads are built (`oldObject`, `userInfo`, the
+pod's volumes and so on are skipped), and types are never coerced. When that fails, a second,
+looser reading
 finds out why: a body that is not JSON, a review of something else (allowed unchanged), or a
 body that is not an AdmissionReview the API server could have sent (HTTP 400 naming the field
 as `request.object.spec.containers[0].name: field required`). A pod that must be refused is a
@@ -16,102 +17,31 @@ import math
 import re
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Any, get_args
 
 import msgspec
 
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Denial
 from webhook.mutation import Mutator
+from webhook.shapes import (
+    _INT64,
+    AnyReview,
+    ApiVersion,
+    ObjectMetaS,
+    Operation,
+    Pod,
+    PodS,
+    RequestS,
+    ReviewKind,
+    ReviewS,
+    _RequestBase,
+)
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MUTATING_OPERATIONS = ("CREATE", "UPDATE")
-_INT64 = 2**63
 
-ApiVersion = Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
-ReviewKind = Literal["AdmissionReview"]
-Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-# A quantity as the API server writes it (a string), or a JSON number that fits in 64 bits.
-Quantity = str | Annotated[int, msgspec.Meta(ge=-_INT64 + 1, le=_INT64 - 1)] | float
-
-# Unknown fields are ignored (newer API servers add some); types are never coerced.
-
-
-class GroupVersionKind(TypedDict):
-    group: NotRequired[str]
-    version: str
-    kind: str
-
-
-class GroupVersionResource(TypedDict):
-    group: NotRequired[str]
-    version: str
-    resource: str
-
-
-class Resources(TypedDict, total=False):
-    requests: dict[str, Quantity] | None
-    limits: dict[str, Quantity] | None
-
-
-class Container(TypedDict):
-    name: NonEmpty
-    resources: NotRequired[Resources | None]
-
-
-class PodSpec(TypedDict):
-    containers: list[Container]
-    initContainers: NotRequired[list[Container] | None]
-
-
-class ObjectMeta(TypedDict, total=False):
-    name: str | None
-    generateName: str | None
-    namespace: str | None
-    annotations: dict[str, str] | None
-    deletionTimestamp: str | None
-
-
-class Pod(TypedDict):
-    """The part of a Pod the webhook reads."""
-
-    metadata: NotRequired[ObjectMeta | None]
-    spec: PodSpec
-
-
-class _RequestBase(TypedDict):
-    uid: NonEmpty
-    kind: GroupVersionKind
-    resource: GroupVersionResource
-    subResource: NotRequired[str | None]
-    name: NotRequired[str | None]
-    namespace: NotRequired[str | None]
-    operation: Operation
-
-
-class PodRequest(_RequestBase):
-    object: NotRequired[Pod | None]
-
-
-class AnyRequest(_RequestBase):
-    object: NotRequired[Any]
-
-
-class PodReview(TypedDict):
-    apiVersion: ApiVersion
-    kind: ReviewKind
-    request: PodRequest
-
-
-class AnyReview(TypedDict):
-    apiVersion: ApiVersion
-    kind: ReviewKind
-    request: AnyRequest
-
-
-_POD_REVIEW = msgspec.json.Decoder(PodReview)
+_REVIEW = msgspec.json.Decoder(ReviewS)
 _JSON = msgspec.json.Decoder()
 
 
@@ -272,12 +202,25 @@ def is_ours(request: _RequestBase) -> bool:
     return request["operation"] in MUTATING_OPERATIONS and is_pod(request)
 
 
-def parse(body: bytes) -> PodReview | AnyReview:
-    """The review; its `request.object` is a checked Pod when `is_ours(request)`."""
+def _ours(request: RequestS) -> bool:
+    """`is_ours` for a decoded request."""
+    resource, kind = request.resource, request.kind
+    return (
+        request.operation in MUTATING_OPERATIONS
+        and resource.resource == "pods"
+        and resource.group == ""
+        and kind.kind == "Pod"
+        and kind.group == ""
+        and not request.subResource
+    )
+
+
+def parse(body: bytes) -> ReviewS:
+    """The review; its `request.object` is the pod when `_ours(request)`, else None."""
     if not body or body.isspace():
         raise BadRequest("body: empty; expected an AdmissionReview")
     try:
-        review: PodReview = _POD_REVIEW.decode(body)
+        review = _REVIEW.decode(body)
         if body.isascii() or _valid_utf8(body):
             return review
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -290,9 +233,15 @@ def parse(body: bytes) -> PodReview | AnyReview:
     except msgspec.ValidationError as exc:
         raise BadRequest(describe(exc, document)) from None
     request = loose["request"]
+    pod: PodS | None = None
     if is_ours(request):
-        request["object"] = check_pod(request.get("object"))  # raises when it is wrong
-    return loose
+        check_pod(request.get("object"))  # raises when it is wrong
+        # Read as the Structs read it (what check_pod accepted, they accept).
+        pod = msgspec.convert(request["object"], PodS, strict=True)
+    fields = {k: v for k, v in request.items() if k != "object"}
+    decoded = msgspec.convert(fields, RequestS, strict=True)
+    decoded.object = pod
+    return ReviewS(loose["apiVersion"], loose["kind"], decoded)
 
 
 def _valid_utf8(body: bytes) -> bool:
@@ -317,7 +266,7 @@ def response(
     uid: str,
     *,
     allowed: bool = True,
-    patch_b64: str | None = None,
+    patch_b64: bytes | None = None,
     code: int | None = None,
     message: str | None = None,
     warnings: list[str] | None = None,
@@ -327,12 +276,12 @@ def response(
         # nested dict costs more than everything else in the answer.
         head = _HEADS[api_version] + encode_basestring_ascii(uid).encode()
         if patch_b64:
-            return head + _PATCHED + patch_b64.encode() + b'"}}'
+            return head + _PATCHED + patch_b64 + b'"}}'
         return head + b',"allowed":true}}'
     answer: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if patch_b64:
         answer["patchType"] = "JSONPatch"
-        answer["patch"] = patch_b64
+        answer["patch"] = patch_b64.decode("ascii")
     if code is not None:
         # metav1.Status: the API server shows `message` to the user who created the pod.
         answer["status"] = {
@@ -371,9 +320,12 @@ def bad_request(message: str, status: int = 400) -> Result:
     return Result(status, error_body(message), "invalid", message=message)
 
 
-def _pod_name(request: _RequestBase, metadata: ObjectMeta) -> str | None:
-    generate = metadata.get("generateName")
-    return request.get("name") or metadata.get("name") or (f"{generate}*" if generate else None)
+_NO_METADATA = ObjectMetaS()
+
+
+def _pod_name(request: RequestS, metadata: ObjectMetaS) -> str | None:
+    generate = metadata.generateName
+    return request.name or metadata.name or (f"{generate}*" if generate else None)
 
 
 REPLACED_WARNING = (
@@ -390,27 +342,27 @@ def review(body: bytes, mutator: Mutator) -> Result:
         return bad_request(str(exc))
     except Exception as exc:  # a body that could not even be read; still the client's
         return bad_request(f"body: cannot be read as an AdmissionReview: {exc}")
-    api_version, request = parsed["apiVersion"], parsed["request"]
-    uid = request["uid"]
-    result = Result(200, b"", "ignored", uid=uid, operation=request["operation"])
-    result.namespace = request.get("namespace")
-    if not is_ours(request):
+    api_version, request = parsed.apiVersion, parsed.request
+    uid = request.uid
+    result = Result(200, b"", "ignored", uid=uid, operation=request.operation)
+    result.namespace = request.namespace
+    if not _ours(request):
         # Other kinds, subresources, DELETE, CONNECT: allowed unchanged.
         result.body = response(api_version, uid)
         return result
-    pod = request.get("object")
+    pod = request.object
     if pod is None:
         return bad_request("request.object: must be an object (the pod)")
-    metadata = pod.get("metadata") or {}
+    metadata = pod.metadata or _NO_METADATA
     result.pod = _pod_name(request, metadata)
-    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    namespace = request.namespace or metadata.namespace or "default"
     result.namespace = namespace
-    if request["operation"] == "UPDATE" and metadata.get("deletionTimestamp"):
+    if request.operation == "UPDATE" and metadata.deletionTimestamp:
         # A pod on its way out (finalizers being removed): never hold it up.
         result.body = response(api_version, uid)
         return result
     try:
-        mutation = mutator.mutate(pod, namespace)
+        mutation = mutator.mutate_decoded(pod, namespace)
     except Denial as denial:
         result.outcome, result.reason, result.message = "denied", denial.reason, denial.message
         result.body = response(
@@ -429,7 +381,7 @@ def review(body: bytes, mutator: Mutator) -> Result:
         result.error = exc
         result.body = response(api_version, uid, allowed=False, code=500, message=message)
         return result
-    result.outcome = "patched" if mutation.patch else "unchanged"
+    result.outcome = "patched" if mutation.patch_b64 is not None else "unchanged"
     result.body = response(
         api_version,
         uid,

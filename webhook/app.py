@@ -188,7 +188,8 @@ class AdmissionEndpoint:
             result = body if isinstance(body, Result) else self._review(body)
         seconds = time.perf_counter() - start
         self.metrics.observe(result, seconds)
-        _log(result, seconds)
+        if result.outcome not in _ROUTINE or log.isEnabledFor(logging.DEBUG):
+            _log(result, seconds)
         headers = [*_JSON_HEADERS, (b"content-length", str(len(result.body)).encode())]
         if result.status == 413:
             headers.append((b"connection", b"close"))

@@ -1,32 +1,43 @@
 """Pod -> `resource-enforcer.dev/resources` annotation -> JSON Patch. Pure: no I/O, no clock.
 
-The pod arrives as the plain dict of the AdmissionReview, already checked for shape by
-`webhook.admission`. The annotation itself is the contract's (`resource_contract.pod_annotation`);
-it depends only on a small, hashable part of the pod, so `Mutator` memoizes it, in a cache
-bounded in bytes (`webhook.cache`): the replicas of one Deployment cost one computation. A
-second pass over the pod it produced yields the same annotation (required by
+The pod arrives as decoded by `webhook.admission` (`webhook.shapes.PodS`). The annotation is
+the contract's (`resource_contract.pod_annotation`: what `compute_annotation` writes, the same
+bytes), computed here in one pass over the containers: every quantity checked and the QoS
+class found together, the class requests resolved once for all containers. It depends only on
+a small part of the pod (the namespace, the class and preference annotations, the containers'
+names and resources), so `Mutator` memoizes it with its encoded patch, keyed by that part's
+bytes, in a cache bounded in bytes (`webhook.cache`), from the second pod with that part on:
+the replicas of one Deployment cost two computations, a pod like no other costs no cache
+entry. A second pass over the pod it produced yields the same annotation (required by
 `reinvocationPolicy: IfNeeded`).
 """
 
 from __future__ import annotations
 
-import base64
 import sys
+from binascii import b2a_base64
 from collections.abc import Mapping
-from itertools import chain
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import msgspec
 
+from resource_contract.classes import ClassKind
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import (
-    PodInput,
+    Denial,
+    Pairs,
     Policy,
+    check_annotations,
     compact_json,
-    compute_annotation,
-    pod_input,
+    container_classes,
+    is_request_key,
+    quantity_denial,
+    quantity_text,
 )
-from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU
+from resource_contract.quantities import PARSED, parse_quantity
+from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, SeenBefore, deep_size
+from webhook.shapes import PodS, PodSpecS
 
 __all__ = ["Mutation", "Mutator", "Policy", "annotation_patch", "mutate_pod", "patch_json"]
 
@@ -83,28 +94,56 @@ def patch_json(patch: list[dict[str, Any]]) -> str:
     return msgspec.json.encode(patch).decode()
 
 
-def pod_input_size(key: PodInput) -> int:
-    """`deep_size(key)` for a PodInput, object by object as deep_size counts them, the loops
-    run in C: on a review of a new pod, sizing its key by the generic walk cost as much as
-    reading the review."""
-    size = sys.getsizeof
-    total = size(key) + size(key.namespace) + size(key.containers) + size(key.init_containers)
-    pairs: list[tuple[str, Any]] = list(key.annotations)
-    total += size(key.annotations)
-    for group in (key.containers, key.init_containers):
-        total += sum(map(size, group))
-        for c in group:
-            total += size(c.name) + size(c.requests) + size(c.limits)
-            pairs += c.requests
-            pairs += c.limits
-    return total + sum(map(size, pairs)) + sum(map(size, chain.from_iterable(pairs)))
+def _patch_frame(shape: str) -> tuple[bytes, bytes]:
+    """The bytes of `patch_json(patch_for(shape, value))` before and after the value's JSON
+    string (msgspec writes the same bytes for the same value wherever it stands)."""
+    mark = "@@VALUE@@"
+    raw = patch_json(patch_for(shape, mark)).encode()
+    before, after = raw.split(msgspec.json.encode(mark))
+    return before, after
+
+
+_PATCH_FRAMES = {shape: _patch_frame(shape) for shape in (SET, NO_ANNOTATIONS, NO_METADATA)}
+
+
+def encode_patch(shape: str, value: str) -> bytes:
+    """The patch setting `value` for a pod of `shape`, as the AdmissionReview carries it
+    (base64 of `patch_json(patch_for(shape, value))`, ASCII)."""
+    before, after = _PATCH_FRAMES[shape]
+    return b2a_base64(before + msgspec.json.encode(value) + after, newline=False)
+
+
+_KEY = msgspec.json.Encoder()
 
 
 class Mutation(NamedTuple):
     annotation: str  # the annotation's value, compact JSON
-    patch: list[dict[str, Any]]  # empty when the pod already carries exactly this value
-    patch_b64: str | None  # the patch as the AdmissionReview carries it
+    patch_b64: bytes | None  # the patch as the AdmissionReview carries it; None: no patch
     replaced: str | None  # a different value the pod's author had written, now overwritten
+    shape: str  # where the annotation goes: SET, NO_ANNOTATIONS or NO_METADATA
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        """The JSON Patch; empty when the pod already carries exactly this value."""
+        return [] if self.patch_b64 is None else patch_for(self.shape, self.annotation)
+
+
+class _RequestKeys(dict[str, bool]):
+    """`is_request_key` for the annotation keys seen lately (pods repeat a few keys): at most
+    4096 keys of at most 128 characters are kept (~1 MiB), and all are dropped when full."""
+
+    def __missing__(self, key: str) -> bool:
+        found = is_request_key(key)
+        if len(key) <= 128:
+            if len(self) >= 4096:
+                self.clear()
+            self[key] = found
+        return found
+
+
+_REQUEST_KEYS = _RequestKeys()
+_ZERO = Decimal(0)
+_Classes = tuple[dict[ClassKind, str] | None, ...]
 
 
 class Mutator:
@@ -116,36 +155,160 @@ class Mutator:
     ) -> None:
         self.policy = policy or Policy()
         # A sixteenth of the budget (at most 1 MiB) for the parts the replicas of a Deployment
-        # share (checked annotations, each container's classes); the rest for the annotations
-        # and patches. Together they stay within `cache_bytes`.
+        # share (checked annotations and each container's classes); the rest for the
+        # annotations and patches. Together they stay within `cache_bytes`.
         parts = min(cache_bytes // 16, 1024 * 1024)
         self.parts = ByteLRU(parts)
         self.cache = ByteLRU(cache_bytes - parts)
-
-    def _compute(self, pod: PodInput) -> str:
-        # The parts shared by the replicas of a Deployment are kept in the same cache.
-        return compute_annotation(pod, self.policy, self.parts.get_or_compute, annotation_json)
-
-    @staticmethod
-    def _encode(shape: str, value: str) -> str:
-        return base64.b64encode(patch_json(patch_for(shape, value)).encode()).decode()
-
-    def annotation(self, pod: Mapping[str, Any], namespace: str) -> str:
-        key = pod_input(pod, namespace)
-        # A Denial raised by the computation propagates and is not kept.
-        value: str = self.cache.get_or_compute(key, lambda: self._compute(key), pod_input_size)
-        return value
+        self.seen = SeenBefore()  # the keys of the pods computed lately (256 KiB)
 
     def mutate(self, pod: Mapping[str, Any], namespace: str) -> Mutation:
-        value = self.annotation(pod, namespace)
-        existing = ((pod.get("metadata") or {}).get("annotations") or {}).get(RESOURCES_KEY)
-        if existing == value:
-            return Mutation(value, [], None, None)
-        shape = patch_shape(pod)
-        encoded: str = self.cache.get_or_compute(
-            ("patch", shape, value), lambda: self._encode(shape, value)
+        """For a pod given as a plain dict (tests and tools)."""
+        return self.mutate_decoded(msgspec.convert(pod, PodS, strict=True), namespace)
+
+    def mutate_decoded(self, pod: PodS, namespace: str) -> Mutation:
+        metadata = pod.metadata
+        annotations = None if metadata is None else metadata.annotations
+        if metadata is None:
+            shape = NO_METADATA
+        else:
+            shape = SET if annotations is not None else NO_ANNOTATIONS
+        keys = _REQUEST_KEYS
+        pairs: Pairs = (
+            tuple([(k, v) for k, v in annotations.items() if keys[k]]) if annotations else ()
         )
-        return Mutation(value, patch_for(shape, value), encoded, existing)
+        spec = pod.spec
+        # What the annotation depends on (the namespace, the request annotations, the
+        # containers' names and resources) and where it goes, as one JSON text: cheap to make,
+        # hash and size, and equal for the replicas of a Deployment.
+        key = _KEY.encode((namespace, shape, pairs, spec))
+        found: tuple[str, bytes] | None = self.cache.get(key)
+        if found is None:
+            # A Denial raised by the computation propagates and nothing is kept.
+            value = self.annotation(spec, pairs, namespace)
+            found = (value, encode_patch(shape, value))
+            # Kept from the second time on: a pod seen once (most are, in a cluster without
+            # replicas) would only push out the Deployments' pods.
+            if self.seen.check_and_mark(hash(key)):
+                size = sys.getsizeof
+                self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
+        value, encoded = found
+        existing = annotations.get(RESOURCES_KEY) if annotations else None
+        if existing == value:
+            return Mutation(value, None, None, shape)
+        return Mutation(value, encoded, existing, shape)
+
+    def annotation(self, spec: PodSpecS, pairs: Pairs, namespace: str) -> str:
+        """`compute_annotation`'s value for the pod (the same text, the same Denial first)."""
+        containers = spec.containers
+        init = spec.initContainers or ()
+        # Every quantity must parse as the enforcer will parse it, init containers first,
+        # requests before limits; the QoS class (the API server's rules: zero counts as
+        # absent, a missing request is its limit) is found in the same pass.
+        positive = False
+        guaranteed = True
+        numbers = False  # a quantity given as a JSON number: its text is written instead
+        bad: Denial | None = None
+        known = PARSED
+        # Each container's entry, init containers first: its requests and limits as the pod
+        # gives them (the decoded maps), its classes once the QoS class is known.
+        entries: list[dict[str, Any]] = []
+        for field, group in (("initContainers", init), ("containers", containers)):
+            for c in group:
+                resources = c.resources
+                if resources is None:
+                    guaranteed = False
+                    entries.append({"requests": {}, "limits": {}})
+                    continue
+                cpu = memory = limit_cpu = limit_memory = _ZERO
+                part = "requests"
+                try:
+                    requests = resources.requests
+                    if requests:
+                        for name, quantity in requests.items():
+                            parsed = known.get(quantity)
+                            if parsed is None:  # not a string parsed before
+                                parsed = parse_quantity(quantity)
+                                numbers = numbers or type(quantity) is not str
+                            if name == "cpu":
+                                cpu = parsed
+                            elif name == "memory":
+                                memory = parsed
+                    part = "limits"
+                    limits = resources.limits
+                    if limits:
+                        for name, quantity in limits.items():
+                            parsed = known.get(quantity)
+                            if parsed is None:  # not a string parsed before
+                                parsed = parse_quantity(quantity)
+                                numbers = numbers or type(quantity) is not str
+                            if name == "cpu":
+                                limit_cpu = parsed
+                            elif name == "memory":
+                                limit_memory = parsed
+                except (ValueError, ArithmeticError, TypeError):
+                    bad = quantity_denial(field, c.name, part, name, quantity)
+                    break
+                entries.append({"requests": requests or {}, "limits": limits or {}})
+                zero = _ZERO
+                if cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero:
+                    positive = True
+                if guaranteed and not (
+                    limit_cpu > zero
+                    and limit_memory > zero
+                    and (cpu <= zero or cpu == limit_cpu)
+                    and (memory <= zero or memory == limit_memory)
+                ):
+                    guaranteed = False
+            if bad is not None:
+                break
+        names = [c.name for c in init]
+        names += [c.name for c in containers]
+        if bad is not None:
+            # The annotations are checked first: their refusal comes before the quantity's.
+            check_annotations(dict(pairs), namespace, names, self.policy)
+            raise bad
+        qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
+        key = (pairs, namespace, len(init), tuple(names), qos)
+        classes: _Classes | None = self.parts.get(key)
+        if classes is None:
+            classes = self._classes(pairs, namespace, names, len(init), qos)
+            self.parts.put(key, classes, deep_size(key) + deep_size(classes))
+        if numbers:
+            for entry in entries:
+                entry["requests"] = {k: quantity_text(v) for k, v in entry["requests"].items()}
+                entry["limits"] = {k: quantity_text(v) for k, v in entry["limits"].items()}
+        # The containers' classes come first in `classes`, the init containers' after.
+        n = len(containers)
+        return annotation_json(
+            {
+                "containers": _named(containers, entries[len(init) :], classes[:n]),
+                "initContainers": _named(init, entries, classes[n:]),
+            }
+        )
+
+    def _classes(
+        self, pairs: Pairs, namespace: str, names: list[str], init: int, qos: str
+    ) -> _Classes:
+        """After the annotations' checks, each container's classes: the containers', then
+        the init containers' (the order compute_annotation resolves them in)."""
+        annotations = dict(pairs)
+        check_annotations(annotations, namespace, names, self.policy)
+        policy = self.policy
+        return tuple(
+            container_classes(annotations, name, qos=qos, namespace=namespace, policy=policy)
+            for name in (*names[init:], *names[:init])
+        )
+
+
+def _named(group: Any, entries: list[dict[str, Any]], classes: _Classes) -> dict[str, Any]:
+    """The group's entries by container name, each with its classes when it has some."""
+    out: dict[str, Any] = {}
+    for c, entry, found in zip(group, entries, classes, strict=False):  # entries may run on
+        if found is not None:
+            entry["classes"] = found
+        out[c.name] = entry
+    return out
 
 
 def mutate_pod(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> Mutation:

@@ -86,3 +86,66 @@ def test_milli_and_int_values_round_up(n: int, suffix: str) -> None:
     value = parse_quantity(f"{n}{suffix}")
     assert milli_value(f"{n}{suffix}") >= value * 1000 > milli_value(f"{n}{suffix}") - 1
     assert int_value(f"{n}{suffix}") >= value > int_value(f"{n}{suffix}") - 1
+
+
+def _by_the_grammar(value: str) -> Decimal:
+    """The quantity as the grammar reads it, the whole way (the parser reads the usual forms
+    without its regular expression)."""
+    from resource_contract import quantities as q
+
+    match = q._QUANTITY.fullmatch(value)
+    if match is None or value != value.strip() or len(value) > MAX_LENGTH:
+        raise ValueError(value)
+    number = Decimal(match["number"])
+    if match["binary"]:
+        return q._bounded(number * 1024 ** (q._BINARY_SUFFIXES.index(match["binary"]) + 1), value)
+    suffix = match["exponent"]
+    exponent = int(suffix[1:]) if suffix else q._DECIMAL[match["decimal"] or ""]
+    if number and number.adjusted() + exponent >= q.MAX_EXPONENT:
+        raise ValueError(value)
+    if exponent < -q.MAX_EXPONENT:
+        return Decimal(0) if not number else Decimal("1e-9").copy_sign(number)
+    return number.scaleb(exponent)
+
+
+usual_forms = st.builds(
+    lambda digits, unit: digits + unit,
+    st.from_regex(r"[0-9]{1,30}", fullmatch=True) | st.text("0123456789٣²", min_size=1, max_size=4),
+    st.sampled_from(
+        [
+            "",
+            "Ki",
+            "Mi",
+            "Gi",
+            "Ti",
+            "Pi",
+            "Ei",
+            "n",
+            "u",
+            "m",
+            "k",
+            "M",
+            "G",
+            "T",
+            "P",
+            "E",
+            "i",
+            "Kj",
+        ]
+    ),
+)
+
+
+@given(usual_forms | st.text(max_size=8))
+def test_the_usual_forms_read_as_the_grammar_reads_them(value: str) -> None:
+    from resource_contract.quantities import _parse
+
+    try:
+        expected: Decimal | None = _by_the_grammar(value)
+    except (ValueError, ArithmeticError):
+        expected = None
+    try:
+        got: Decimal | None = _parse(value)
+    except ValueError:
+        got = None
+    assert got == expected and str(got) == str(expected), value

@@ -193,7 +193,7 @@ def test_bug_in_the_mutation_is_a_denial_naming_the_request(
     def boom(pod: Any, namespace: str) -> Any:
         raise KeyError("oops")
 
-    app.state.mutator.mutate = boom
+    app.state.mutator.mutate_decoded = boom
     with TestClient(app) as c:
         r = c.post("/mutate", content=body(review(deployment_pod(), uid="bug-1")))
     assert r.status_code == 200

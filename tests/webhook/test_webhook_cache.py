@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from wh_support import BIN, container, pod
 
-from webhook.cache import ByteLRU, deep_size
+from webhook.cache import ByteLRU, SeenBefore, deep_size
 from webhook.mutation import Mutator, Policy
 
 
@@ -32,11 +32,18 @@ def test_an_entry_larger_than_a_quarter_of_the_budget_is_not_kept() -> None:
 def test_a_wide_pod_is_charged_for_what_it_holds() -> None:
     wide = pod([container(f"c{i}", {"cpu": "1"}, {"cpu": "1"}) for i in range(2000)])
     mutator = Mutator(Policy(), cache_bytes=16 * 1024 * 1024)
-    mutator.mutate(wide, "shop")
-    # The key (2000 containers) and the annotation and patch (~100 KB each) are all counted.
-    assert len(mutator.cache) == 2
-    assert mutator.cache.bytes > 2000 * 300
+    m = mutator.mutate(wide, "shop")
+    assert len(mutator.cache) == 0  # seen once: not kept
+    assert mutator.mutate(wide, "shop") == m
+    # One entry: the key (2000 containers' names and resources) and the annotation and patch
+    # (~100 KB each) are all counted.
+    assert len(mutator.cache) == 1
+    assert m.patch_b64 is not None and len(m.annotation) > 2000 * 50
+    one = '{"name":"c0","resources":{"requests":{"cpu":"1"},"limits":{"cpu":"1"}}}'
+    key_bytes = 2000 * len(one)
+    assert mutator.cache.bytes > key_bytes + len(m.annotation) + len(m.patch_b64)
     assert deep_size(("a", ("b", "c"))) > deep_size("a") + deep_size("b") + deep_size("c")
+    assert deep_size({"a": "b"}) > deep_size("a") + deep_size("b")
 
 
 def test_denials_are_not_kept() -> None:
@@ -67,9 +74,8 @@ def test_serve_takes_cache_bytes_as_a_quantity(value: str, ok: bool) -> None:
         assert "--cache-bytes" in out.stderr
 
 
-def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
-    from resource_contract.pod_annotation import pod_input
-    from webhook.mutation import pod_input_size
+def test_a_pods_entry_is_charged_what_its_key_and_value_take() -> None:
+    from webhook.cache import _ENTRY_OVERHEAD
 
     pods = [
         pod([container("app")]),
@@ -81,5 +87,49 @@ def test_a_pods_key_is_sized_as_the_generic_walk_sizes_it() -> None:
     ]
     pods[2]["spec"]["initContainers"] = [container("init", {"cpu": "100m"}, {"cpu": "1"})]
     for p in pods:
-        key = pod_input(p, "shop")
-        assert pod_input_size(key) == deep_size(key)
+        mutator = Mutator(Policy())
+        mutator.mutate(p, "shop")
+        mutator.mutate(p, "shop")  # kept the second time
+        [(key, (value, charged))] = mutator.cache._entries.items()
+        assert charged == deep_size(key) + deep_size(value) + _ENTRY_OVERHEAD
+        assert mutator.cache.bytes == charged
+
+
+def test_a_pod_is_kept_from_its_second_review_on() -> None:
+    mutator = Mutator(Policy())
+    pods = [pod([container("app", {"memory": f"{i}Mi"})]) for i in range(1, 200)]
+    for p in pods:
+        mutator.mutate(p, "shop")
+    assert len(mutator.cache) == 0  # all different: nothing kept
+    for p in pods[:50]:
+        mutator.mutate(p, "shop")
+    assert len(mutator.cache) == 50
+    hits = mutator.cache.get
+    calls = []
+    mutator.cache.get = lambda key: calls.append(hits(key)) or calls[-1]  # type: ignore[method-assign]
+    mutator.mutate(pods[0], "shop")
+    assert calls and calls[-1] is not None  # answered from the cache
+
+
+def test_seen_before_marks_and_fades() -> None:
+    seen = SeenBefore(slots=64)
+    assert not seen.check_and_mark(5)
+    assert seen.check_and_mark(5)
+    # Another hash in the same slot: told apart by its fingerprint, and it takes the slot.
+    assert not seen.check_and_mark(5 + 64)
+    assert seen.check_and_mark(5 + 64)
+    assert not seen.check_and_mark(5)
+    for h in range(100, 116):  # a quarter of the slots marked: all cleared at the next mark
+        seen.check_and_mark(h)
+    assert not seen.check_and_mark(5)
+    with pytest.raises(ValueError, match="power of two"):
+        SeenBefore(slots=100)
+
+
+def test_seen_before_rarely_mistakes_one_key_for_another() -> None:
+    import random
+
+    seen = SeenBefore()
+    rng = random.Random(7)
+    mistaken = sum(seen.check_and_mark(rng.getrandbits(64)) for _ in range(200_000))
+    assert mistaken < 200_000 * 0.01
