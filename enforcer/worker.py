@@ -38,10 +38,12 @@ class EngineWorker:
 
     def start_soon(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Queues fn on the worker once the event loop's current step is over (what the step
-        prepared, a forwarded call, is sent first), ahead of any later `run`; returns a future
-        of its result, to await later."""
+        prepared, a forwarded call, is sent first); a `run` or `submit` made in the same step
+        may go before it (the worker runs jobs in the order they reach it). Returns a future of
+        its result, to await later; one never awaited (its call cut off) logs nothing."""
         loop = asyncio.get_running_loop()
         result: asyncio.Future[T] = loop.create_future()
+        result.add_done_callback(_retrieved)
 
         def copy(done: asyncio.Future[T]) -> None:
             if result.done():
@@ -101,3 +103,9 @@ class EngineWorker:
                 await self.run(self.enforcer.maintain)
             except Exception:
                 log.exception("periodic maintenance failed; retrying in %.0fs", every)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Marks a future's exception as seen: whoever awaits it still gets it."""
+    if not future.cancelled():
+        future.exception()

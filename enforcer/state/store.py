@@ -153,9 +153,18 @@ class StateStore:
         A corrupt file is moved aside (the enforcer then rebuilds from the runtime); one that
         cannot be read is left alone and recorded in `read_problem`. Read-only callers such
         as `status` pass move_aside=False and get a StateError instead, in one line."""
+        # The journal first: should the running enforcer fold it into the state file between
+        # the two reads, the newer file holds its records, which are then skipped.
+        journal_error: OSError | None = None
+        records: list[dict[str, Any]] = []
+        try:
+            records = self._read_journal(move_aside=move_aside)
+        except OSError as exc:  # it counts only when there is a state file
+            journal_error = exc
         try:
             raw = read_file(self.path)  # a link planted there is not followed
-            records = self._read_journal(move_aside=move_aside)
+            if journal_error is not None:
+                raise journal_error
         except FileNotFoundError:  # no state file (a journal alone is never applied)
             with contextlib.suppress(OSError):
                 self._read_journal(move_aside=False)  # its numbers: later files go past them
@@ -271,7 +280,8 @@ class StateStore:
             self._empty_journal()
         elif durable:
             self._file_unsynced = True
-        self._written()
+        if not self.sync_failed:  # only a durable write answers a failed fsync
+            self._written()
 
     def append(self, record: dict[str, Any]) -> bool:
         """Writes one change as a journal record, at once and without fsync (`sync()` makes
@@ -285,6 +295,8 @@ class StateStore:
         if fd is None:
             return False
         line = journal.encode(record, self.seq + 1)
+        if len(line) > journal.MAX_RECORD_BYTES:  # reading would stop at it: write the file
+            return False
         try:
             written = os.write(fd, line)
             if written != len(line):  # a full disk: no half record stays behind
@@ -296,7 +308,8 @@ class StateStore:
         self.seq += 1
         self.journal_bytes += len(line)
         self._journal_unsynced = True
-        self._written()
+        if not self.sync_failed:
+            self._written()
         return True
 
     def sync(self) -> None:
@@ -304,6 +317,14 @@ class StateStore:
         once after the journal was made), or a state file saved with `sync_later` (fsync of
         it and of the folder). StateWriteError when it cannot. One call covers every change
         written before it."""
+        if self.sync_failed:
+            # Linux reports a write-back error once per open file and marks the pages clean:
+            # a later fdatasync on the same file says 0 though the earlier records may never
+            # reach the disk. Only a durable write of the whole state file (`save`) answers it.
+            raise self.cannot_write(
+                "an earlier fsync failed; waiting for a durable write of the state file",
+                errno.EIO,
+            )
         if not self.unsynced:
             return
         try:
@@ -325,7 +346,6 @@ class StateStore:
         except OSError as exc:
             self.sync_failed = True
             raise self.cannot_write(f"fsync failed: {os_error(exc)}", exc.errno) from None
-        self.sync_failed = False
 
     def _may_write(self) -> bool:
         """Whether this process writes the state now (True), or leaves it to another (False);

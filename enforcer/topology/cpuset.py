@@ -7,9 +7,11 @@ from typing import Any
 
 # Linux supports at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; leave generous headroom.
 MAX_ID = 65535
-# Texts of sets printed lately, by set (bounded: cleared when full).
+# Texts of sets printed lately, by set; bounded by the ids the kept sets hold (a 384-CPU set
+# takes about 33 KB, so 64 Ki ids are some 6 MB), cleared when full.
 _TEXTS: dict[frozenset[int], str] = {}
-_MAX_TEXTS = 4096
+_MAX_TEXT_IDS = 64 << 10
+_text_ids = 0
 
 
 class CPUSet(frozenset[int]):
@@ -69,12 +71,15 @@ class CPUSet(frozenset[int]):
     def __str__(self) -> str:
         # The same few sets (a pool, a container's CPUs) are printed over and over, for every
         # container at every re-pin check: each text is made once.
+        global _text_ids
         text = _TEXTS.get(self)
         if text is None:
             text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
-            if len(_TEXTS) >= _MAX_TEXTS:
+            if _text_ids + len(self) > _MAX_TEXT_IDS:
                 _TEXTS.clear()
+                _text_ids = 0
             _TEXTS[self] = text
+            _text_ids += len(self) + 1
         return text
 
     def __repr__(self) -> str:

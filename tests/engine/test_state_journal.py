@@ -231,6 +231,53 @@ def test_a_failed_fsync_keeps_the_decision_and_refuses_new_ones_until_it_works(
     e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
 
 
+def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linux reports a write-back error once and marks the pages clean: the next fdatasync on
+    # the same file returns 0 though the earlier records may never reach the disk.
+    folder = tmp_path / "state"
+    runtime = Runtime()
+    e = started(folder, runtime)
+    a, _ = e.create(
+        create_of("a", guaranteed("1")), sandbox_id="sandbox-a", resources={}, sync_later=True
+    )
+    b, _ = e.create(
+        create_of("b", guaranteed("1")), sandbox_id="sandbox-b", resources={}, sync_later=True
+    )
+    calls: list[int] = []
+
+    def once_failing(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store_module.os, "fdatasync", once_failing)
+    assert e.sync_state() is not None  # A's
+    why = e.sync_state()  # B's: the kernel would say 0 now; the store must not believe it
+    assert why is not None and "earlier fsync failed" in why
+    assert e.registry.store is not None and e.registry.store.problem is not None
+    with pytest.raises(Exception, match="cannot be written") as refused:
+        e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
+    assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
+    fsynced: list[int] = []
+    real_fsync = store_module.os.fsync
+
+    def counting(fd: int) -> None:
+        fsynced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(store_module.os, "fsync", counting)
+    e.flush()  # the periodic write: the whole state file, fsynced
+    assert fsynced, "the state file was not written durably after the failed fsync"
+    assert e.registry.store.problem is None
+    saved = StateStore(folder).load()
+    assert saved is not None
+    keys = {c["key"] for c in saved["containers"]}
+    assert {a, b} <= keys
+    e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
+
+
 def test_a_journal_that_cannot_be_read_stops_decisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,3 +126,16 @@ def test_ids_from_outside_are_checked_in_every_operation() -> None:
         with pytest.raises(ValueError):
             cpus ^ bad  # type: ignore[operator]
     assert cpus & {2, -1} == CPUSet.of(2) and cpus - {1, "x"} == CPUSet.of(2)
+
+
+def test_printed_texts_are_kept_within_a_bound_of_ids() -> None:
+    # The shared pool changes with every admission: many distinct big sets get printed. The
+    # texts kept for them must not grow with the node's history.
+    from enforcer.topology import cpuset as module
+
+    for n in range(600):
+        s = CPUSet(range(n % 3, 384 + n))
+        assert str(s) == f"{n % 3}-{383 + n}"
+    kept = sum(len(s) for s in module._TEXTS)
+    assert kept <= module._MAX_TEXT_IDS
+    assert len(module._TEXTS) < 600

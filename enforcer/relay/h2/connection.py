@@ -413,13 +413,14 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         PING on the next call. Sent after the frames of the relay's next write to that peer,
         the answer costs no write, and the peer, which reads it after that DATA, sends its
         next PING only with the call after: half as many. A peer's PING timeout (gRPC
-        keepalive: 20 s) is far above PONG_DELAY. At most MAX_LATE answers wait.
+        keepalive: 20 s) is far above PONG_DELAY. Fewer than MAX_LATE answers wait past the end
+        of a read: the MAX_LATE-th is written out with that read's frames.
         """
         late = self._late
         late.append(answer)
         if len(late) == 1:
             self.relay.late(self)
-        elif len(late) == MAX_LATE + 1 and not self._out:
+        elif len(late) == MAX_LATE and not self._out:
             self._dirty.append(self)  # written out at the end of this read
 
     def _on_goaway(self, sid: int, flags: Flags, length: int, frame: GoAwayFrame) -> None:
