@@ -226,6 +226,14 @@ def test_a_state_path_that_cannot_be_read_refuses_decisions_and_serves(
     assert enforcer.stop() == 0, enforcer.log_tail()
 
 
+def _admitted_in_file(state: Path) -> set[str]:
+    try:
+        saved = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return set()
+    return {entry["request"]["pod_name"] for entry in saved["policy"]["admitted"]}
+
+
 def _damage_one_entry(state: Path) -> None:
     saved = json.loads(state.read_text())
     for entry in saved["policy"]["admitted"]:
@@ -249,8 +257,11 @@ def test_a_corrupt_state_with_containers_running_is_repaired_from_the_runtime(
     shared = kubelet.run_pod(manifest("shared", sleeper()))
     pinned = cpus_of(held)
     assert cpus_of(shared) == ALL - pinned
-    enforcer.kill9()
     state = Path(enforcer.state_dir, "state.json")
+    # The decisions reach state.json lazily (the journal holds them first): the damage is to
+    # the file, so it must hold both.
+    wait_for(lambda: _admitted_in_file(state) == {"held", "shared"}, enforcer.log_tail, 10)
+    enforcer.kill9()
     damage(state)
     enforcer.start()
 
