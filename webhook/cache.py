@@ -85,8 +85,9 @@ class ByteLRU:
 
     def get(self, key: Hashable) -> Any:
         """The value kept for `key` (now the most recently used), or None."""
-        # No lock: each of these two steps is atomic, and an entry evicted between them by
-        # another thread was found all the same.
+        # No lock: each of these two steps is atomic under the GIL (a free-threaded Python
+        # needs the lock here), and an entry evicted between them by another thread was found
+        # all the same.
         found = self._entries.get(key)
         if found is None:
             return None
