@@ -248,3 +248,30 @@ def test_decoder_memo_is_bounded_in_bytes() -> None:
         block = encoder.encode(big[:n])
         assert decoder.decode(block) == big[:n]
         assert decoder._memo_bytes <= 64 << 10
+
+
+@given(
+    st.integers(0, (1 << 24) - 1),
+    st.sampled_from([0, 1, 2, 3, 4, 6, 7, 8, 9, 0x42]),
+    st.integers(0, 255),
+    st.integers(0, (1 << 32) - 1),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_frame_header_layout_reads_as_hyperframe_reads_it(
+    length: int, kind: int, flags: int, sid: int
+) -> None:
+    from hyperframe.frame import Frame
+
+    from enforcer.relay.h2.framing import _HEADER
+
+    header = length.to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big")
+    high, low, got_kind, got_flags, got_sid = _HEADER.unpack(header)
+    try:
+        frame, frame_length = Frame.parse_frame_header(memoryview(header))
+    except Exception:  # a stream id the type does not allow: the layout is what is compared
+        return
+    assert ((high << 8) + low, got_sid & 0x7FFFFFFF) == (frame_length, frame.stream_id)
+    assert (got_kind, got_flags) == (kind, flags)
+    assert _HEADER.pack(high, low, got_kind, got_flags, got_sid) == header
+    if kind != 0x42:
+        assert frame.type == kind
