@@ -15,10 +15,7 @@ from hyperframe.frame import (
     Frame,
     GoAwayFrame,
     HeadersFrame,
-    PingFrame,
-    RstStreamFrame,
     SettingsFrame,
-    WindowUpdateFrame,
 )
 
 from enforcer.relay.h2.framing import (
@@ -36,6 +33,11 @@ from enforcer.relay.h2.framing import (
     WINDOW_UPDATE,
     ErrorCode,
     Setting,
+    goaway_frame,
+    ping_frame,
+    rst_stream_frame,
+    settings_frame,
+    window_update_frame,
 )
 
 __all__ = [
@@ -53,6 +55,12 @@ __all__ = [
     "WINDOW_UPDATE",
     "ErrorCode",
     "Setting",
+    # the control frames the relay itself sends, built the same way for the test peers
+    "goaway_frame",
+    "ping_frame",
+    "rst_stream_frame",
+    "settings_frame",
+    "window_update_frame",
 ]
 
 FLAG_END_STREAM = 0x1
@@ -73,28 +81,6 @@ def frame_header(ftype: int, flags: int, stream_id: int, length: int) -> bytes:
 def frame(ftype: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     """A raw frame, exactly as given (for malformed ones)."""
     return frame_header(ftype, flags, stream_id, len(payload)) + payload
-
-
-def settings_frame(settings: dict[int, int] | None = None, *, ack: bool = False) -> bytes:
-    if ack:
-        return SettingsFrame(0, flags=["ACK"]).serialize()
-    return SettingsFrame(0, dict(settings or {})).serialize()
-
-
-def ping_frame(opaque: bytes, *, ack: bool = False) -> bytes:
-    return PingFrame(0, opaque, flags=["ACK"] if ack else []).serialize()
-
-
-def window_update_frame(stream_id: int, increment: int) -> bytes:
-    return WindowUpdateFrame(stream_id, increment).serialize()
-
-
-def rst_stream_frame(stream_id: int, code: int) -> bytes:
-    return RstStreamFrame(stream_id, int(code)).serialize()
-
-
-def goaway_frame(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
-    return GoAwayFrame(0, last_stream_id, int(code), debug).serialize()
 
 
 def data_frame(stream_id: int, payload: bytes, end: bool = False) -> bytes:
