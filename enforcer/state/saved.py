@@ -146,14 +146,15 @@ def _check_containers(
     if not paired:
         return
     # A policy entry without its container entry would hold CPUs nobody can release.
+    # `keys` and the kept policy entries were filled together, so they pair in order; the key
+    # is the request's own (with its attempt), never rebuilt from parts of the entry.
     kept = []
-    for entry in checked.policy["admitted"]:
-        key = f"{entry['request']['pod_uid']}/{entry['request']['container']}"
+    for (key, where), entry in zip(keys.items(), checked.policy["admitted"], strict=True):
         if key in seen:
             kept.append(entry)
         else:
-            checked.damage.append(f"{keys[key]}: no container entry has its key")
-            checked.dropped.append(keys[key])
+            checked.damage.append(f"{where}: no container entry has its key")
+            checked.dropped.append(where)
     checked.policy["admitted"] = kept
 
 

@@ -53,13 +53,13 @@ class Runtime:
         return None
 
 
-def create_of(name: str, resources: dict | None = None) -> ContainerCreate:
+def create_of(name: str, resources: dict | None = None, attempt: int = 0) -> ContainerCreate:
     uid = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
     pod = manifest(name, sleeper(resources=resources))
     request = api_pb2.CreateContainerRequest(
         pod_sandbox_id=f"sandbox-{name}",
         config=container_config_for(
-            pod, pod["spec"]["containers"][0], uid, memory_capacity=1 << 34
+            pod, pod["spec"]["containers"][0], uid, attempt, memory_capacity=1 << 34
         ),
         sandbox_config=sandbox_config_for(pod, uid),
     )
@@ -73,12 +73,16 @@ def make(folder: Path, runtime: Runtime, store: StateStore | None = None) -> Enf
     return e
 
 
-def admit(e: Enforcer, name: str, resources: dict | None = None) -> str:
-    return e.create(create_of(name, resources), sandbox_id=f"sandbox-{name}", resources={})[0]
+def admit(e: Enforcer, name: str, resources: dict | None = None, attempt: int = 0) -> str:
+    return e.create(
+        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources={}
+    )[0]
 
 
-def create(e: Enforcer, runtime: Runtime, name: str, resources: dict | None = None) -> None:
-    key = admit(e, name, resources)
+def create(
+    e: Enforcer, runtime: Runtime, name: str, resources: dict | None = None, attempt: int = 0
+) -> None:
+    key = admit(e, name, resources, attempt)
     cid = f"cid-{name}"
     runtime.containers[cid] = LiveContainer(cid, f"sandbox-{name}", key, running=True, exited=False)
     e.created(key, cid)
@@ -227,6 +231,12 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
         "1 of 7 entries",
         NAMES,
     ),
+    "policy-entry-without-container": (
+        edit(lambda s: s["containers"].pop(1)),
+        "policy entry 2 (e2e/second/app): no container entry has its key",
+        "1 of 5 entries",
+        ("first", "third"),
+    ),
     "unknown-policy-name": (
         edit(lambda s: setitem(s["policy"], "policy", "greedy")),
         "it names the policy 'greedy', which is unknown",
@@ -273,6 +283,42 @@ def test_every_repair_says_what_was_wrong_and_what_was_dropped(
     again.restore_saved()
     assert not [r for r in caplog.records if "is corrupt" in r.getMessage()]
     assert set(again.policy.admitted) == set(e.policy.admitted)
+
+
+@pytest.mark.parametrize("container_entry", ["kept", "lost"])
+def test_a_restarted_container_is_restored_by_its_own_key(
+    container_entry: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container kubelet restarted (attempt 1) is keyed with its attempt; restore pairs its
+    policy entry by that key: kept with its CPUs, or, when its container entry is lost, dropped
+    and named, and the enforcer still comes up (once it failed to start on such a state)."""
+    runtime = Runtime()
+    e = make(tmp_path / "state", runtime)
+    e.reconciled = True
+    create(e, runtime, "first", guaranteed("1"))
+    create(e, runtime, "second", guaranteed("1"), attempt=1)
+    e.persist()
+    path = tmp_path / "state" / "state.json"
+    state = json.loads(path.read_text())
+    restarted = next(k for k in e.policy.admitted if k.endswith("#1"))
+    cpus = str(e.policy.admitted[restarted].exclusive)
+    if container_entry == "lost":
+        state["containers"] = [c for c in state["containers"] if c["key"] != restarted]
+        path.write_text(json.dumps(state))
+    again = make(tmp_path / "state", runtime)
+    with caplog.at_level(logging.WARNING):
+        again.restore_saved()
+    corrupt = [r.getMessage() for r in caplog.records if "is corrupt" in r.getMessage()]
+    if container_entry == "kept":
+        assert not corrupt
+        assert str(again.policy.admitted[restarted].exclusive) == cpus
+        assert restarted in again.registry.entries
+    else:
+        (line,) = corrupt
+        assert "policy entry 2 (e2e/second/app): no container entry has its key" in line
+        assert "dropped 1 of 3 entries" in line
+        assert restarted not in again.policy.admitted
+    again.reconcile()
 
 
 def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
