@@ -85,8 +85,12 @@ class CRIService(EngineWorker):
         async def created(response: Response) -> None:
             if response.status == OK and response.message is not None:
                 reply = api_pb2.CreateContainerResponse.FromString(response.message)
-                await self.run(self.enforcer.created, key, reply.container_id)
-                await synced  # done already: the worker ran it first
+                # Binding the id and re-checking the others' pinnings need not hold kubelet's
+                # answer: queued behind the fsync on the one worker, they run before any later
+                # call about this container (StartContainer comes after kubelet hears), and a
+                # crash before the binding is written is adopted from the runtime by key.
+                self.submit(self.enforcer.created, key, reply.container_id)
+                await synced
                 self.flush_soon()
             else:
                 uncertain = response.status in UNCERTAIN
