@@ -9,6 +9,7 @@ other calls meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -24,6 +25,7 @@ from enforcer.cri.convert import (
     hide_class_annotations,
     kubelet_resources,
 )
+from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
 from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
 from enforcer.runtime.client import live_container, resources_record
@@ -36,9 +38,19 @@ OK = grpc.StatusCode.OK.value[0]
 
 Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 
+# Complete listings that come within this long of one another are judged once, by the newest.
+LISTING_COALESCE_SECONDS = 0.1
+
 
 class CRIService(EngineWorker):
     """Binds intercepted CRI methods to the Enforcer (run on the engine's worker)."""
+
+    def __init__(self, enforcer: Enforcer) -> None:
+        super().__init__(enforcer)
+        # The newest complete listing not judged yet (its answer, and the binding sequence
+        # when it was asked for). A newer complete listing says all an older one does: asked
+        # for later, it can prove more containers gone, and it shows the runtime as it is now.
+        self._pending_listing: tuple[bytes, int] | None = None
 
     def intercepts(self) -> dict[str, Interceptor]:
         return {
@@ -187,20 +199,44 @@ class CRIService(EngineWorker):
                 return
             try:
                 wanted = api_pb2.ListContainersRequest.FromString(request)
-                listed = api_pb2.ListContainersResponse.FromString(response.message).containers
-                containers = [live_container(c) for c in listed]
             except Exception:  # not ours to judge: the runtime answered it
                 return
             # kubelet's relisting sends an empty filter: only a filter that sets something
             # narrows the listing, and only an unnarrowed one shows what vanished.
-            complete = wanted.filter.ByteSize() == 0
-            # Most listings change nothing: look here, go to the worker only when needed.
-            changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
-            if changed or (complete and self.enforcer.unknown(containers)):
-                observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-                self.submit(observe, containers)
+            if wanted.filter.ByteSize() != 0:
+                self._judge(response.message, complete=False, asked_at=asked_at)
+                return
+            # Complete listings come in bursts (kubelet's relisting, its stats, crictl and
+            # agents): each is read whole, so one in a burst is judged, the newest, within
+            # LISTING_COALESCE_SECONDS. One answer is kept, bounded by the relay's copy limit.
+            first = self._pending_listing is None
+            self._pending_listing = (response.message, asked_at)
+            if first:
+                asyncio.get_running_loop().call_later(LISTING_COALESCE_SECONDS, self._judge_pending)
 
         return listed
+
+    def _judge_pending(self) -> None:
+        pending, self._pending_listing = self._pending_listing, None
+        if pending is not None:
+            message, asked_at = pending
+            try:
+                self._judge(message, complete=True, asked_at=asked_at)
+            except Exception:
+                log.exception("judging a container listing failed")
+
+    def _judge(self, message: bytes, *, complete: bool, asked_at: int) -> None:
+        """What a listing shows, to the engine: its gone containers released, unknown ones
+        adopted. Most listings change nothing: looked at here, sent to the worker when needed."""
+        try:
+            listed = api_pb2.ListContainersResponse.FromString(message).containers
+            containers = [live_container(c) for c in listed]
+        except Exception:  # not ours to judge: the runtime answered it
+            return
+        changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
+        if changed or (complete and self.enforcer.unknown(containers)):
+            observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
+            self.submit(observe, containers)
 
 
 def _parse(message: Any, call: Call) -> Any:
