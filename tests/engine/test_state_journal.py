@@ -164,6 +164,32 @@ def test_records_the_state_file_holds_are_not_applied_again(tmp_path: Path) -> N
     assert a not in again.policy.admitted
 
 
+def test_kubelets_retry_of_a_cut_off_creation_replaces_its_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same container decided twice (its creation cut off, then kubelet's retry of the same
+    attempt): the later record replaces the earlier decision. Once, both were kept, and the
+    next start called its own state corrupt, kept the older decision and moved the file aside
+    (found by tests/engine/test_state_damage_properties.py)."""
+    folder = tmp_path / "state"
+    runtime = Runtime()
+    first = started(folder, runtime)
+    create = create_of("g", guaranteed("1"))
+    key, _ = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    assert first.sync_state() is None
+    first.create_failed(key, uncertain=True, details="context deadline exceeded")
+    retried, pinning = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    assert retried == key and first.sync_state() is None
+    runtime.containers["cid-g"] = LiveContainer("cid-g", "sandbox-g", key, True, False)
+    # Killed here: both decisions are journal records.
+    with caplog.at_level(logging.WARNING):
+        again = started(folder, runtime)
+    assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
+    assert not list(folder.glob("state.json.corrupt-*"))
+    assert list(again.policy.admitted) == [key]
+    assert str(again.policy.admitted[key].exclusive) == pinning.cpus
+
+
 def test_a_long_journal_is_folded_into_the_state_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
