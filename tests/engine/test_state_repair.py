@@ -243,6 +243,12 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
         "nothing",
         NAMES,
     ),
+    "policy-name-not-a-string": (  # once a TypeError: no start, and `status` crashed
+        edit(lambda s: setitem(s["policy"], "policy", ["static"])),
+        "it names the policy ['static'], which is unknown",
+        "nothing",
+        NAMES,
+    ),
     "topology-missing": (
         edit(lambda s: s.pop("topology")),
         "'topology' is missing or null, not an object",
@@ -333,6 +339,18 @@ def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
     assert "not shown: 2 of 6 entries" in out.err
     assert " first " in out.out and " second " not in out.out
     assert path.exists() and not list(folder.glob("state.json.corrupt-*"))  # never moved
+
+
+def test_status_names_a_policy_name_that_is_not_a_string(
+    saved: tuple[Path, Runtime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _ = saved
+    path = folder / "state.json"
+    edit(lambda s: setitem(s["policy"], "policy", {"name": "static"}))(path)
+    assert status(str(folder)) == 0  # once a TypeError
+    out = capsys.readouterr()
+    assert "it names the policy {'name': 'static'}, which is unknown" in out.err
+    assert " first " in out.out and " third " in out.out
 
 
 @pytest.mark.parametrize(
