@@ -118,7 +118,8 @@ def _replace(items: list[Any], changes: Mapping[str, Any], key_of: Any) -> list[
 
 
 def _entry_key(item: Any) -> str | None:
-    return item.get("key") if isinstance(item, dict) else None
+    key = item.get("key") if isinstance(item, dict) else None
+    return key if isinstance(key, str) else None  # another shape is left for the checks
 
 
 def _decision_key(item: Any) -> str | None:
