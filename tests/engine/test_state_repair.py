@@ -190,6 +190,25 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
         "2 of 6 entries",
         ("second", "third"),
     ),
+    # Once read as other values (["ab"] as the label a=b, [] as no preferences): invented.
+    "labels-not-pairs": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "labels", ["ab"])),
+        "labels is ['ab'], not a list of [name, value] string pairs",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "preferences-not-an-object": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "preferences", [])),
+        "preferences is [], not an object",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "kubelet-cpus-not-a-string": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "kubelet_cpus", 0)),
+        "kubelet_cpus is 0, not a string",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
     "bad-kind": (
         edit(lambda s: setitem(admitted(s, 0), "kind", "greedy")),
         "kind is 'greedy', not 'exclusive' or",
