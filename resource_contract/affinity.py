@@ -270,16 +270,41 @@ def _scope_data(scope: Expression | None) -> Any:
 
 
 def terms_from_data(data: Any) -> tuple[AffinityTerm, ...]:
-    """The inverse of terms_to_data (a saved state); ValueError on anything else."""
+    """The inverse of terms_to_data (a saved state); ValueError on anything else, which is
+    never read as another rule."""
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ValueError(f"affinity is {data!r}, not a list of rules")
     out = []
-    for weight, match, scope in data or ():
+    for term in data:
+        if not (isinstance(term, list) and len(term) == 3):
+            raise ValueError(f"affinity rule {term!r} is not [weight, match, scope]")
+        weight, match, scope = term
+        if not (isinstance(weight, int) and not isinstance(weight, bool)) or not (
+            -MAX_WEIGHT <= weight <= MAX_WEIGHT
+        ):
+            raise ValueError(
+                f"affinity weight {weight!r} is not an integer from -{MAX_WEIGHT} to {MAX_WEIGHT}"
+            )
         out.append(
             AffinityTerm(
-                int(weight),
-                Expression(str(match[0]), str(match[1]), tuple(map(str, match[2]))),
-                None
-                if scope is None
-                else Expression(str(scope[0]), str(scope[1]), tuple(map(str, scope[2]))),
+                weight,
+                _expression_from_data(match),
+                None if scope is None else _expression_from_data(scope),
             )
         )
     return tuple(out)
+
+
+def _expression_from_data(data: Any) -> Expression:
+    if (
+        isinstance(data, list)
+        and len(data) == 3
+        and isinstance(data[0], str)
+        and data[1] in OPERATORS
+        and isinstance(data[2], list)
+        and all(isinstance(v, str) for v in data[2])
+    ):
+        return Expression(data[0], data[1], tuple(data[2]))
+    raise ValueError(f"affinity expression {data!r} is not [key, operator, [values]]")

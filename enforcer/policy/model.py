@@ -65,11 +65,17 @@ class Admitted:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Admitted:
         req = dict(data["request"])
-        req["preferences"] = Preferences(**req.get("preferences") or {})
+        req["preferences"] = Preferences(**_saved(req, "preferences", dict, {}))
         for name in ("kubelet_cpus", "kubelet_mems"):
-            req[name] = CPUSet.parse(req.get(name) or "")
-        req["affinity"] = terms_from_data(req.get("affinity"))
-        req["labels"] = tuple((str(k), str(v)) for k, v in req.get("labels") or ())
+            req[name] = CPUSet.parse(_saved(req, name, str, ""))
+        req["affinity"] = terms_from_data(_saved(req, "affinity", list, []))
+        labels = _saved(req, "labels", list, [])
+        if not all(
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)
+            for pair in labels
+        ):
+            raise ValueError(f"labels is {labels!r}, not a list of [name, value] string pairs")
+        req["labels"] = tuple((name, value) for name, value in labels)
         return cls(
             request=ContainerRequest(**req),
             kind=data["kind"],
@@ -77,6 +83,19 @@ class Admitted:
             pool=data.get("pool", "root"),
             shared_milli=data.get("shared_milli", 0),
         )
+
+
+def _saved(request: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    """A saved request's field written as a `kind`; its default when missing or null (states
+    written before the field existed). ValueError for anything else: a damaged value is never
+    read as the default."""
+    value = request.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        shape = {dict: "an object", list: "an array", str: "a string"}[kind]
+        raise ValueError(f"{name} is {value!r}, not {shape}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,24 @@ def resources_message(record: Mapping[str, Any]) -> api_pb2.LinuxContainerResour
     return json_format.ParseDict(dict(record), api_pb2.LinuxContainerResources())
 
 
+def update_request(
+    container_id: str, record: Mapping[str, Any], pinning: Pinning
+) -> api_pb2.UpdateContainerResourcesRequest:
+    """The UpdateContainerResources call that moves a container to `pinning`, with kubelet's
+    resources from the registry's record. RuntimeError (the port's refusal: logged, retried)
+    when the record cannot be converted, as from a damaged saved state."""
+    try:
+        message = resources_message(record)
+    except json_format.Error as exc:
+        raise RuntimeError(
+            f"UpdateContainerResources {container_id}: the saved record of kubelet's "
+            f"resources cannot be sent: {exc}"
+        ) from None
+    message.cpuset_cpus = pinning.cpus
+    message.cpuset_mems = pinning.mems
+    return api_pb2.UpdateContainerResourcesRequest(container_id=container_id, linux=message)
+
+
 def live_container(c: api_pb2.Container) -> LiveContainer:
     uid = c.labels.get("io.kubernetes.pod.uid")
     return LiveContainer(
@@ -76,17 +94,12 @@ class RuntimeClient:
     def repin(
         self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
     ) -> Mapping[str, Any]:
-        message = resources_message(resources)
-        message.cpuset_cpus = pinning.cpus
-        message.cpuset_mems = pinning.mems
+        request = update_request(container_id, resources, pinning)
         try:
-            self._stub.UpdateContainerResources(
-                api_pb2.UpdateContainerResourcesRequest(container_id=container_id, linux=message),
-                timeout=self.timeout,
-            )
+            self._stub.UpdateContainerResources(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise _failure(exc, f"UpdateContainerResources {container_id}") from None
-        return resources_record(message)
+        return resources_record(request.linux)
 
     def list_containers(self) -> list[LiveContainer]:
         try:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from enforcer.decode.request import container_key
+
 # Records, and the keys they touch, that a journal may hold: a bound on what a damaged or
 # planted file can make the reader build.
 MAX_RECORD_BYTES = 1 << 20
@@ -116,9 +118,19 @@ def _replace(items: list[Any], changes: Mapping[str, Any], key_of: Any) -> list[
 
 
 def _entry_key(item: Any) -> str | None:
-    return item.get("key") if isinstance(item, dict) else None
+    key = item.get("key") if isinstance(item, dict) else None
+    return key if isinstance(key, str) else None  # another shape is left for the checks
 
 
 def _decision_key(item: Any) -> str | None:
+    """A saved decision's key: its request's, made as the request makes it (a saved request
+    holds the key's parts, not the key)."""
     request = item.get("request") if isinstance(item, dict) else None
-    return request.get("key") if isinstance(request, dict) else None
+    if not isinstance(request, dict):
+        return None
+    uid, name, attempt = request.get("pod_uid"), request.get("container"), request.get("attempt", 0)
+    if not (isinstance(uid, str) and isinstance(name, str)):
+        return None
+    if not isinstance(attempt, int) or isinstance(attempt, bool):
+        return None
+    return container_key(uid, name, attempt)

@@ -55,7 +55,7 @@ def check_saved(
     if not isinstance(policy, dict):
         damage.append(f"'policy' is {_shown(policy)}, not an object")
         policy = {"admitted": []}
-    elif (name := policy.get("policy")) not in POLICIES:
+    elif not isinstance(name := policy.get("policy"), str) or name not in POLICIES:
         damage.append(
             f"it names the policy {_shown(name)}, which is unknown: its entries are placed "
             "by the configured policy"

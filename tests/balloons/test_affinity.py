@@ -123,6 +123,25 @@ def test_affinity_survives_the_state_file() -> None:
     assert Admitted.from_dict(json.loads(json.dumps(entry.to_dict()))) == entry
 
 
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        [[1, [None, "In", ["x"]], None]],  # once the key "None"
+        [[True, ["name", "In", ["x"]], None]],  # once the weight 1
+        [["5", ["name", "In", ["x"]], None]],
+        [[5000, ["name", "In", ["x"]], None]],
+        [[1, ["name", "Like", ["x"]], None]],
+        [[1, ["name", "In", "xy"], None]],  # once the values x and y
+        [[1, ["name", "In", ["x"]], ["namespace", "AlwaysTrue"]]],
+        [[1, ["name", "In", ["x"]]]],
+    ],
+)
+def test_a_damaged_saved_rule_is_refused_never_read_as_another(damaged: object) -> None:
+    saved = Admitted(req("a", 100), "shared").to_dict()
+    with pytest.raises(ValueError, match="affinity"):
+        Admitted.from_dict({**saved, "request": {**saved["request"], "affinity": damaged}})
+
+
 PODS = """
 apiVersion: v1
 kind: Pod

@@ -9,12 +9,14 @@ read stops decisions as an unreadable state file does."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from enforcer.commands.status import status
 from enforcer.configuration import parse_config
 from enforcer.engine import Enforcer, LiveContainer
 from enforcer.engine.registry import StateWriteFailed
@@ -162,6 +164,57 @@ def test_records_the_state_file_holds_are_not_applied_again(tmp_path: Path) -> N
     assert (folder / JOURNAL_FILE).stat().st_size == 0
     again = started(folder, runtime)
     assert a not in again.policy.admitted
+
+
+def test_kubelets_retry_of_a_cut_off_creation_replaces_its_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same container decided twice (its creation cut off, then kubelet's retry of the same
+    attempt): the later record replaces the earlier decision. Once, both were kept, and the
+    next start called its own state corrupt, kept the older decision and moved the file aside
+    (found by tests/engine/test_state_damage_properties.py)."""
+    folder = tmp_path / "state"
+    runtime = Runtime()
+    first = started(folder, runtime)
+    create = create_of("g", guaranteed("1"))
+    key, _ = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    assert first.sync_state() is None
+    first.create_failed(key, uncertain=True, details="context deadline exceeded")
+    retried, pinning = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    assert retried == key and first.sync_state() is None
+    runtime.containers["cid-g"] = LiveContainer("cid-g", "sandbox-g", key, True, False)
+    # Killed here: both decisions are journal records.
+    with caplog.at_level(logging.WARNING):
+        again = started(folder, runtime)
+    assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
+    assert not list(folder.glob("state.json.corrupt-*"))
+    assert list(again.policy.admitted) == [key]
+    assert str(again.policy.admitted[key].exclusive) == pinning.cpus
+
+
+@pytest.mark.parametrize("key", [{}, ["a"]], ids=["object", "array"])
+def test_records_apply_over_a_container_entry_whose_key_is_damaged(
+    tmp_path: Path, key: object, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture
+) -> None:
+    """A container entry whose key is not a string is left for the state's checks, which name
+    it; the records still apply. Once a TypeError (unhashable): no start, `status` crashed."""
+    folder = tmp_path / "state"
+    runtime = Runtime()
+    first = started(folder, runtime)
+    a = decide(first, runtime, "a", "1")
+    first.flush()  # the state file holds a; the journal still has its record
+    b = decide(first, runtime, "b", "1")
+    path = folder / "state.json"
+    state = json.loads(path.read_text())
+    state["containers"][0]["key"] = key
+    path.write_text(json.dumps(state))
+    assert status(str(folder)) == 0
+    assert "container entry 1: " in capsys.readouterr().err
+    with caplog.at_level(logging.ERROR):
+        again = started(folder, runtime)
+    (line,) = [r.getMessage() for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert "container entry 1: key is" in line
+    assert b in again.policy.admitted and a not in again.policy.admitted
 
 
 def test_a_long_journal_is_folded_into_the_state_file(

@@ -23,6 +23,7 @@ from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, Refused, StateWriteFailed
 from enforcer.refusal import Reason
+from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateStore
 from enforcer.state import store as store_module
 from enforcer.topology import Topology
@@ -189,6 +190,25 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
         "2 of 6 entries",
         ("second", "third"),
     ),
+    # Once read as other values (["ab"] as the label a=b, [] as no preferences): invented.
+    "labels-not-pairs": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "labels", ["ab"])),
+        "labels is ['ab'], not a list of [name, value] string pairs",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "preferences-not-an-object": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "preferences", [])),
+        "preferences is [], not an object",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
+    "kubelet-cpus-not-a-string": (
+        edit(lambda s: setitem(admitted(s, 0)["request"], "kubelet_cpus", 0)),
+        "kubelet_cpus is 0, not a string",
+        "2 of 6 entries",
+        ("second", "third"),
+    ),
     "bad-kind": (
         edit(lambda s: setitem(admitted(s, 0), "kind", "greedy")),
         "kind is 'greedy', not 'exclusive' or",
@@ -240,6 +260,12 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     "unknown-policy-name": (
         edit(lambda s: setitem(s["policy"], "policy", "greedy")),
         "it names the policy 'greedy', which is unknown",
+        "nothing",
+        NAMES,
+    ),
+    "policy-name-not-a-string": (  # once a TypeError: no start, and `status` crashed
+        edit(lambda s: setitem(s["policy"], "policy", ["static"])),
+        "it names the policy ['static'], which is unknown",
         "nothing",
         NAMES,
     ),
@@ -333,6 +359,53 @@ def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
     assert "not shown: 2 of 6 entries" in out.err
     assert " first " in out.out and " second " not in out.out
     assert path.exists() and not list(folder.glob("state.json.corrupt-*"))  # never moved
+
+
+class CriRuntime(Runtime):
+    """Re-pins as the CRI client does: the saved record of kubelet's resources converted to
+    the UpdateContainerResources call (`enforcer.runtime.client.update_request`)."""
+
+    def repin(
+        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
+    ) -> Mapping[str, Any]:
+        return resources_record(update_request(container_id, resources, pinning).linux)
+
+
+def test_a_damaged_record_of_kubelets_resources_fails_its_repin_not_the_next_decision(
+    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record is the transport's, opaque to the state's checks: one the CRI client cannot
+    convert fails that container's re-pin (logged, retried), as a refused one does. Once the
+    conversion's ParseError escaped the engine, and the next container's creation failed
+    after containerd had made it (found by tests/engine/test_state_damage_properties.py)."""
+    folder, shared = saved
+    edit(lambda s: setitem(s["containers"][2], "resources", {"cpu_shares": [1]}))(
+        folder / "state.json"
+    )
+    runtime = CriRuntime()
+    runtime.containers = shared.containers
+    e = make(folder, runtime)
+    e.restore_saved()
+    e.reconcile()
+    with caplog.at_level(logging.ERROR):
+        create(e, runtime, "fourth", guaranteed("1"))  # the shared pool shrinks: re-pins
+    assert e.repin_failed
+    (line,) = [r.getMessage() for r in caplog.records if "cid-third" in r.getMessage()]
+    assert "the saved record of kubelet's resources cannot be sent" in line
+    assert "cpu_shares" in line
+    assert len(e.policy.admitted) == 4
+
+
+def test_status_names_a_policy_name_that_is_not_a_string(
+    saved: tuple[Path, Runtime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _ = saved
+    path = folder / "state.json"
+    edit(lambda s: setitem(s["policy"], "policy", {"name": "static"}))(path)
+    assert status(str(folder)) == 0  # once a TypeError
+    out = capsys.readouterr()
+    assert "it names the policy {'name': 'static'}, which is unknown" in out.err
+    assert " first " in out.out and " third " in out.out
 
 
 @pytest.mark.parametrize(
