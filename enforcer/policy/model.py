@@ -85,6 +85,9 @@ class Admitted:
         )
 
 
+_SHAPES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
+
+
 def _saved(request: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     """A saved request's field written as a `kind`; its default when missing or null (states
     written before the field existed). ValueError for anything else: a damaged value is never
@@ -93,7 +96,7 @@ def _saved(request: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     if value is None:
         return default
     if not isinstance(value, kind):
-        shape = {dict: "an object", list: "an array", str: "a string"}[kind]
+        shape = _SHAPES[kind]
         raise ValueError(f"{name} is {value!r}, not {shape}")
     return value
 
