@@ -259,7 +259,11 @@ class BalloonsPolicy(Policy):
         types up to their minBalloons. Returns one message per container not placed."""
         problems: list[str] = []
         self.balloons = self.balloons[:1]
-        for data in state.get("balloons", []) or []:
+        saved_balloons = state.get("balloons") or []
+        if not isinstance(saved_balloons, list):
+            problems.append(f"saved balloons {saved_balloons!r}: unreadable: not a list")
+            saved_balloons = []
+        for data in saved_balloons:
             try:
                 self._revive(data)
             except (KeyError, TypeError, ValueError) as exc:
@@ -536,9 +540,17 @@ class BalloonsPolicy(Policy):
                 self._new_balloon(btype, btype.minCPUs)
 
     def _revive(self, data: Mapping[str, Any]) -> None:
-        type_name = str(data["type"])
-        instance = int(data["instance"])
-        cpus = CPUSet.parse(str(data["cpus"]))
+        """Brings back a saved balloon where it still fits; ValueError (or KeyError, TypeError)
+        when it is not in the shape `state_header` writes: never read as another balloon."""
+        type_name, instance, cpus_text = data["type"], data["instance"], data["cpus"]
+        if not (
+            isinstance(type_name, str)
+            and isinstance(instance, int)
+            and not isinstance(instance, bool)
+            and isinstance(cpus_text, str)
+        ):
+            raise ValueError("not a balloon: type and cpus must be strings, instance an integer")
+        cpus = CPUSet.parse(cpus_text)
         btype = self.types.get(type_name)
         if btype is None or type_name == RESERVED_BALLOON:
             return

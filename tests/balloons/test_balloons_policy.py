@@ -335,6 +335,31 @@ def test_saved_state_restores_the_same_balloons() -> None:
     assert {k: again.placement(k) for k in p.admitted} == {k: p.placement(k) for k in p.admitted}
 
 
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        1,  # once a TypeError: no start (every entry lost), `status` crashed
+        "t",
+        {"type": "t"},
+        [{"type": "t", "instance": "0", "cpus": "0-1"}],  # once read as instance 0
+        [{"type": "t", "instance": True, "cpus": "0-1"}],
+        [{"type": ["t"], "instance": 0, "cpus": "0-1"}],  # once read as the type "['t']"
+    ],
+)
+def test_damaged_saved_balloons_are_named_and_the_containers_still_placed(
+    damaged: object,
+) -> None:
+    types = [{"name": "t", "namespaces": ["*"], "maxCPUs": 4}]
+    p = balloons(types)
+    for i in range(3):
+        p.admit(req(f"c{i}", 1500, pod=f"p{i % 2}"))
+    again = balloons(types)
+    problems = again.restore({**p.to_state(), "balloons": damaged})
+    assert len(problems) == 1 and "unreadable" in problems[0]
+    assert set(again.admitted) == set(p.admitted)
+    check_invariants(again)
+
+
 def test_rollback_reinstates_a_container_into_its_balloon() -> None:
     p = balloons([{"name": "t", "namespaces": ["*"]}])
     p.admit(req("a", 1000))
