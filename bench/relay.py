@@ -1,8 +1,8 @@
 """The enforcer's relay against direct calls to the same containerd, in the same run.
 
     make bench                    # all benchmarks
-    .venv/bin/python -m bench relay [--calls 2000] [--cycles 60] [--no-go]
-    .venv/bin/python -m bench relay --create-only [--cycles 200]   # CreateContainer alone
+    .venv/bin/python -m bench relay [--calls 2000] [--cycles 300] [--no-go]
+    .venv/bin/python -m bench relay --create-only [--cycles 300]   # CreateContainer alone
 
 Starts a private containerd and `resource-enforcer run` (console script, static policy, state
 persisted as in production). Measures, in alternating rounds so machine noise hits both alike:
@@ -320,7 +320,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench relay", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case and side")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds")
-    parser.add_argument("--cycles", type=int, default=60, help="container cycles per side")
+    # 300: a p99 over 60 creates is their worst one; the goal is on the p99.
+    parser.add_argument("--cycles", type=int, default=300, help="container cycles per side")
     parser.add_argument("--no-go", action="store_true", help="only the Python client")
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and client")
     parser.add_argument(
