@@ -53,13 +53,14 @@ from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.decode.request import container_key
-from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning, Recorded, Refused
+from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning, Refused
 from enforcer.policy import Admitted
 from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateError, StateStore, journal
 from enforcer.state.store import JOURNAL_FILE, STATE_FILE
 from enforcer.topology import Topology
 from resource_contract.config import Config
+from tests.engine.test_state_repair import Runtime as RestoreRuntime
 from tests.support.kubelet import container_config_for, sandbox_config_for
 from tests.support.pods import guaranteed, manifest, sleeper
 
@@ -93,24 +94,15 @@ FUZZ = settings(
 BASELINE = settings(FUZZ, max_examples=50)
 
 
-class Runtime:
-    """The engine's runtime port: these containers run; a re-pin converts the saved record of
-    kubelet's resources as the CRI client does (a record it cannot convert fails there too);
-    nothing is recorded about a container (an entry dropped from the state is not adopted)."""
-
-    def __init__(self) -> None:
-        self.containers: dict[str, LiveContainer] = {}
-
-    def list_containers(self) -> list[LiveContainer]:
-        return list(self.containers.values())
+class Runtime(RestoreRuntime):
+    """The engine's runtime port as restore uses it (these containers run, nothing is recorded
+    about them), whose re-pin converts the saved record of kubelet's resources as the CRI
+    client does (a record it cannot convert fails there too)."""
 
     def repin(
         self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
     ) -> Mapping[str, Any]:
         return resources_record(update_request(container_id, resources, pinning).linux)
-
-    def recorded(self, container: LiveContainer) -> Recorded | None:
-        return None
 
 
 # -- the states the engine writes ----------------------------------------------------------
