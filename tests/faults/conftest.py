@@ -61,6 +61,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
     for line in RUN.text_table():
         terminalreporter.write_line(line)
+    if (stuck := RUN.stuck_tasks()) is not None:
+        terminalreporter.write_line(stuck)
     if SETTINGS.report_path:
         Path(SETTINGS.report_path).write_text(RUN.markdown_table())
         terminalreporter.write_line(f"figures written to {SETTINGS.report_path}")

@@ -31,6 +31,9 @@ class KindFigures:
     refused: int = 0  # of which the enforcer refused (RESOURCE_EXHAUSTED and the like)
     checks: int = 0  # settled checks of the whole node
     repairs: int = 0  # running containers whose cgroup was wrong, then right, same container
+    # Tasks containerd left behind a StartContainer cut off while they were made, deleted by
+    # hand so the pod could go (containerd#11037: a containerd bug, not a violation).
+    stuck_tasks: int = 0
     violations: Counter[str] = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)
     stopped_early: bool = False
@@ -72,8 +75,9 @@ class KindFigures:
         lines = [
             f"{self.kind}: {self.injected} faults injected ({self.variants()}), "
             f"{self.tries} pods tried, {self.checks} checks; violations: {counts}; "
-            f"repairs observed {self.repairs}; seed {RUN.seed} (FAULTS_SEED={RUN.seed} replays "
-            "the random choices)",
+            f"repairs observed {self.repairs}; stuck containerd tasks deleted "
+            f"{self.stuck_tasks}; seed {RUN.seed} (FAULTS_SEED={RUN.seed} replays the random "
+            "choices)",
         ]
         if self.stopped_early:
             lines.append(
@@ -134,6 +138,16 @@ class RunFigures:
             for r in rows
         ]
 
+    def stuck_tasks(self) -> str | None:
+        """The line on containerd#11037's stuck tasks, when there were any."""
+        stuck = [f"{f.kind} {f.stuck_tasks}" for f in self.kinds.values() if f.stuck_tasks]
+        if not stuck:
+            return None
+        return (
+            "containerd tasks left behind a StartContainer cut off while they were made "
+            f"(containerd#11037), deleted with `ctr task rm -f`: {', '.join(stuck)}"
+        )
+
     def markdown_table(self) -> str:
         rows = self.rows()
         out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
@@ -142,6 +156,8 @@ class RunFigures:
         out.append(f"Seed {self.seed}. Faults by variant:")
         out.append("")
         out.extend(f"- {f.kind}: {f.variants()}" for f in self.kinds.values())
+        if (stuck := self.stuck_tasks()) is not None:
+            out.extend(["", stuck])
         return "\n".join(out) + "\n"
 
 

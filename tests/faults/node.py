@@ -127,7 +127,13 @@ def _retrying(call: Callable[[], T], *, gone_ok: bool = False) -> T | None:
 class Node:
     """The pods one kubelet wants on the node, driven through the relay."""
 
-    def __init__(self, relay_socket: str, log_root: Path, figures: KindFigures) -> None:
+    def __init__(
+        self,
+        relay_socket: str,
+        log_root: Path,
+        figures: KindFigures,
+        delete_task: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.kubelet = KubeletEmulator(
             relay_socket,
             log_root=log_root,
@@ -136,6 +142,9 @@ class Node:
         )
         self.runtime = self.kubelet.runtime
         self.figures = figures
+        # The operator's `ctr task rm -f` for containerd#11037's stuck tasks (see
+        # `_remove_container`); None: such a container stays, reported as not removable.
+        self.delete_task = delete_task
         self.pods: dict[str, RunningPod] = {}  # by pod name: the pods kubelet wants
         self.doomed: dict[str, RunningPod] = {}  # pods being removed, to retry
         self.sentinels: set[str] = set()  # pods that stay all along
@@ -351,12 +360,40 @@ class Node:
             ),
             gone_ok=True,
         )
-        _retrying(
-            lambda: self.runtime.RemoveContainer(
-                api_pb2.RemoveContainerRequest(container_id=container_id), timeout=CALL_TIMEOUT
-            ),
-            gone_ok=True,
+        remove = api_pb2.RemoveContainerRequest(container_id=container_id)
+        try:
+            _retrying(
+                lambda: self.runtime.RemoveContainer(remove, timeout=CALL_TIMEOUT), gone_ok=True
+            )
+        except grpc.RpcError as exc:
+            if not self._stuck_task_deleted(container_id, exc):
+                raise
+            _retrying(
+                lambda: self.runtime.RemoveContainer(remove, timeout=CALL_TIMEOUT), gone_ok=True
+            )
+
+    def _stuck_task_deleted(self, container_id: str, exc: grpc.RpcError) -> bool:
+        """containerd#11037: a StartContainer cut off while containerd made the task (here: the
+        relay killed mid-call) leaves the container exited with reason StartError and its task
+        created but never started; CRI can neither stop nor remove it ("cannot delete running
+        task"), on a real node too. True when it was that and the task is now deleted, as an
+        operator would with `ctr task rm -f`; anything else is left to the caller."""
+        if self.delete_task is None or exc.code() != Code.FAILED_PRECONDITION:
+            return False
+        if "running task" not in (exc.details() or ""):
+            return False
+        status = _retrying(
+            lambda: self.runtime.ContainerStatus(
+                api_pb2.ContainerStatusRequest(container_id=container_id), timeout=CALL_TIMEOUT
+            )
         )
+        assert status is not None
+        if status.status.state != api_pb2.CONTAINER_EXITED or status.status.reason != "StartError":
+            return False
+        if self.delete_task(container_id) is not None:
+            return False
+        self.figures.stuck_tasks += 1
+        return True
 
     def _remove_sandbox(self, sandbox_id: str) -> None:
         _retrying(

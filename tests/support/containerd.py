@@ -43,6 +43,8 @@ _DISABLED_PLUGINS = (
 _SHIM_SOCKET_DIRS = ("/run/containerd/s", "/run/containerd")
 # Parents of the pod cgroups that kubelet (and so the emulator) uses with the cgroupfs driver.
 _KUBEPODS = ("kubepods", "kubepods/burstable", "kubepods/besteffort")
+# The containerd namespace the CRI plugin keeps its containers in.
+CRI_NAMESPACE = "k8s.io"
 
 
 class ContainerdError(RuntimeError):
@@ -377,10 +379,32 @@ class PrivateContainerd:
             stub = api_pb2_grpc.RuntimeServiceStub(ch)
             return stub.Version(api_pb2.VersionRequest(version="v1"), timeout=timeout)
 
-    def remove_all_pods(self, timeout: float = 30.0) -> None:
-        """Stop and remove every pod sandbox (and so every container) via CRI."""
+    def delete_task(self, container_id: str, timeout: float = 30.0) -> str | None:
+        """Kill and delete one container's containerd task, under CRI's feet (what an operator
+        does with ``ctr -n k8s.io task rm -f``). None when done, else ctr's complaint.
+
+        For the task containerd 1.6 leaves behind a StartContainer cancelled while the task is
+        being made (containerd#11037): CRI calls the container exited (``StartError``) yet
+        cannot remove it, "cannot delete running task", and only this frees it.
+        """
+        done = self.ctr("task", "delete", "--force", container_id, timeout=timeout)
+        return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+    def ctr(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """``ctr`` on this instance's socket, in CRI's namespace (output captured, as text)."""
+        return subprocess.run(
+            [self.binary("ctr"), "--address", self.socket, "-n", CRI_NAMESPACE, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def remove_all_pods(self, timeout: float = 30.0) -> list[str]:
+        """Stop and remove every pod sandbox (and so every container) via CRI; the containers
+        that needed their task deleted first (containerd#11037, see ``delete_task``)."""
         from enforcer.cri import api_pb2, api_pb2_grpc
 
+        forced: list[str] = []
         with self.channel() as ch:
             stub = api_pb2_grpc.RuntimeServiceStub(ch)
             listed = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=timeout)
@@ -389,10 +413,15 @@ class PrivateContainerd:
                     stub.StopContainer(
                         api_pb2.StopContainerRequest(container_id=c.id, timeout=0), timeout=timeout
                     )
-                with contextlib.suppress(Exception):
-                    stub.RemoveContainer(
-                        api_pb2.RemoveContainerRequest(container_id=c.id), timeout=timeout
-                    )
+                remove = api_pb2.RemoveContainerRequest(container_id=c.id)
+                try:
+                    stub.RemoveContainer(remove, timeout=timeout)
+                except Exception as exc:  # any failure: the task is tried once
+                    if "running task" not in str(exc) or self.delete_task(c.id) is not None:
+                        continue
+                    forced.append(c.id)
+                    with contextlib.suppress(Exception):
+                        stub.RemoveContainer(remove, timeout=timeout)
             for s in stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=timeout).items:
                 with contextlib.suppress(Exception):
                     stub.StopPodSandbox(
@@ -403,6 +432,7 @@ class PrivateContainerd:
                         api_pb2.RemovePodSandboxRequest(pod_sandbox_id=s.id), timeout=timeout
                     )
                 _remove_pod_cgroups_of(s.metadata.uid)
+        return forced
 
     def _wait_ready(self) -> None:
         import grpc
