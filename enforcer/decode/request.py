@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from enforcer.decode.kubelet import (
     MIN_SHARES,
@@ -79,6 +80,11 @@ class ContainerCreate:
     labels: Mapping[str, str] = field(default_factory=dict)  # the pod's
 
 
+# The metadata of a field that holds a count, never negative: a saved state's checks
+# (enforcer.state.saved) refuse an entry where one is.
+COUNT: Mapping[str, object] = MappingProxyType({"minimum": 0})
+
+
 @dataclass(frozen=True)
 class Preferences:
     isolated: bool | None = None
@@ -96,11 +102,11 @@ class ContainerRequest:
     namespace: str
     container: str
     qos: QoSClass
-    cpu_request_milli: int = 0
-    cpu_limit_milli: int = 0  # 0: no limit
-    memory_request: int = 0
-    memory_limit: int = 0  # 0: no limit
-    attempt: int = 0
+    cpu_request_milli: int = field(default=0, metadata=COUNT)
+    cpu_limit_milli: int = field(default=0, metadata=COUNT)  # 0: no limit
+    memory_request: int = field(default=0, metadata=COUNT)
+    memory_limit: int = field(default=0, metadata=COUNT)  # 0: no limit
+    attempt: int = field(default=0, metadata=COUNT)
     source: str = "cri"  # the annotation key the numbers came from, or "cri"
     preferences: Preferences = field(default_factory=Preferences)
     rdt_class: str | None = None

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from enforcer.decode import ContainerRequest, Preferences
+from enforcer.decode.request import COUNT
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from resource_contract.affinity import terms_from_data, terms_to_data
@@ -37,7 +38,7 @@ class Admitted:
     pool: str = "root"
     # Milli-CPU granted on the pool's shared CPUs: a shared container's request, or the
     # fractional part of a mixed one.
-    shared_milli: int = 0
+    shared_milli: int = field(default=0, metadata=COUNT)
 
     def to_dict(self) -> dict[str, Any]:
         return self._state

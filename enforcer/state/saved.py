@@ -4,7 +4,9 @@
 is inside, so that one bad entry costs that entry, not the whole state, and every repair says
 what was wrong and what was dropped. The field types come from the dataclasses the entries
 are made from (the policy's `Admitted` and its `ContainerRequest`; for container entries,
-whatever dataclass the caller's reader makes), so a new field is checked without a change here.
+whatever dataclass the caller's reader makes), so a new field is checked without a change here;
+a field whose metadata names a `minimum` (a count: `enforcer.decode.request.COUNT`) is checked
+against it too.
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ def _value_problems(made: object, prefix: str) -> list[str]:
         value, hint = getattr(made, f.name), hints[f.name]
         if not _fits(value, hint):
             wrong.append(f"{prefix}{f.name} is {_shown(value)}, not {_describe(hint)}")
+        elif (least := f.metadata.get("minimum")) is not None and value < least:
+            wrong.append(f"{prefix}{f.name} is {_shown(value)}, less than {least}")
         elif dataclasses.is_dataclass(value):
             wrong += _value_problems(value, f"{prefix}{f.name}.")
     return wrong

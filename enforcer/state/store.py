@@ -15,6 +15,12 @@ crash safety"). Reading the state applies the journal's records newer than the s
 (`enforcer.state.journal`); a record cut off by a crash is not applied. Every durable write
 of the state file holds all the records, and empties the journal.
 
+The state file ends with a checksum, a CRC-32 of the rest (`"crc32"`, the last key: see
+`encode_state`). A file whose checksum does not match (a damaged block that still reads as
+JSON, a hand edit) is corrupt as a whole: nothing in it can be told from a written value, so it
+is moved aside and the node's containers are adopted from the runtime. A file of version 1,
+written before the checksum, is read without one.
+
 A state that cannot be saved (the folder is read-only, full, not ours) or cannot be read (the
 file is a folder, unreadable) is not fatal: the store says why in `problem`, each change of it
 is logged once, and a write that fails raises `StateWriteError` for the caller to refuse what
@@ -29,7 +35,10 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
+import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +56,10 @@ log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 JOURNAL_FILE = "state.journal"
 PROBE_FILE = ".write-probe"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the file ends with its checksum; 1 (no checksum) is still read
+CHECKSUM_KEY = "crc32"
+# The checksum as the file's last key, after the body it covers (whitespace may follow).
+_CHECKSUM_TAIL = re.compile(rb',"crc32":"([0-9a-f]{8})"\}\s*\Z')
 # A journal longer than this is folded into the state file at the next lazy write (`flush`).
 JOURNAL_FOLD_BYTES = 256 * 1024
 
@@ -264,14 +276,12 @@ class StateStore:
         file that could not be read is never replaced)."""
         if not self._may_write():
             return
-        payload = json.dumps(
-            {**data, "version": FORMAT_VERSION, "journal": self.seq}, separators=(",", ":")
-        )
+        payload = encode_state({**data, "version": FORMAT_VERSION, "journal": self.seq})
         now = durable and not sync_later
         try:
             # A temporary file made with O_EXCL|O_NOFOLLOW, mode 0600, renamed over the state
             # file; a link planted at the state file is refused, never written through.
-            write_file(self.path, payload.encode(), mode=0o600, durable=now)
+            write_file(self.path, payload, mode=0o600, durable=now)
         except OSError as exc:
             raise self.cannot_write(os_error(exc), exc.errno) from None
         if now:
@@ -395,20 +405,40 @@ class StateStore:
             self._journal_fd = None
 
 
+def encode_state(data: Mapping[str, Any]) -> bytes:
+    """A state file's bytes: `data` as compact JSON, with a CRC-32 of those bytes appended as
+    the object's last key (`"crc32":"<8 hex digits>"`; one `data` had is replaced)."""
+    fields = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    body = json.dumps(fields, separators=(",", ":")).encode()
+    if not fields:
+        return body  # nothing to follow: no version either, which reading names
+    return b'%s,"%s":"%08x"}' % (body[:-1], CHECKSUM_KEY.encode(), zlib.crc32(body))
+
+
 def parse_state(raw: bytes) -> dict[str, Any]:
     """The state object in a state file's bytes; StateError saying what is wrong with them."""
     if not raw.strip():
         raise StateError(f"it is empty ({len(raw)} bytes)")
+    tail = _CHECKSUM_TAIL.search(raw)
+    body = raw if tail is None else raw[: tail.start()] + b"}"
+    if tail is not None and zlib.crc32(body) != int(tail.group(1), 16):
+        raise StateError(
+            "its checksum does not match its content (changed after it was written: a damaged "
+            "disk block, or an edit)"
+        )
     try:
-        data = json.loads(raw)
+        data = json.loads(body)
     except ValueError as exc:  # UnicodeDecodeError included
         raise StateError(f"it is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise StateError(f"it holds a JSON {_json_type(data)}, not an object")
     version = data.get("version")
-    if version != FORMAT_VERSION:
+    if version not in (1, FORMAT_VERSION):
         found = "no version" if version is None else f"version {version!r}"
         raise StateError(f"it has {found}, not version {FORMAT_VERSION}")
+    if version == FORMAT_VERSION and tail is None:
+        raise StateError(f"it has no checksum at its end (version {FORMAT_VERSION} ends with one)")
+    data.pop(CHECKSUM_KEY, None)
     return data
 
 

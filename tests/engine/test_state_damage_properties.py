@@ -11,8 +11,9 @@ What an operator relies on, whatever the damage:
    written undamaged (in the state file or a journal record), as it was written. What the
    format cannot tell from a written value is allowed: a missing field read as its default
    (older states), null or any value of an optional field's type, the transport's opaque
-   `resources` record; a change that leaves well-formed values (a byte flipped inside a
-   number, a count replaced by another) skips this check;
+   `resources` record; a change that leaves well-formed values under a matching checksum (a
+   writer's bug: a count replaced by another) skips this check. Bytes of state.json changed
+   on the disk never do: its checksum finds them, and the whole file is set aside;
 3. `resource-enforcer status` over the damaged folder never raises, exits 0 or 1 (its "cannot
    use the state" exit), and leaves the folder exactly as it was;
 4. reconciliation runs, new containers are decided (re-pinning the shared ones), and a second
@@ -24,8 +25,9 @@ to a pod, some bound to a container id, some not yet, some cut off and retried b
 written durably, lazily, or left in the journal by a killed process. The damage: keys deleted
 at any depth, values replaced by other JSON types, entries duplicated, dropped or reordered,
 keys, attempts and pod UIDs changed so that entries no longer pair, exclusive CPUs given to
-two entries, decisions' fields replaced, bytes of state.json and of the journal cut off or
-overwritten, journal records changed under a matching checksum. The runtime is a stand-in
+two entries, decisions' fields replaced (all these written under a matching checksum, as a
+writer's bug would), bytes of state.json and of the journal cut off or overwritten (the
+disk's damage), journal records changed under a matching checksum. The runtime is a stand-in
 (the engine's port) whose re-pin converts the saved resources with the CRI client's own code.
 """
 
@@ -57,7 +59,7 @@ from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning, Refused
 from enforcer.policy import Admitted
 from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateError, StateStore, journal
-from enforcer.state.store import JOURNAL_FILE, STATE_FILE
+from enforcer.state.store import JOURNAL_FILE, STATE_FILE, encode_state
 from enforcer.topology import Topology
 from resource_contract.config import Config
 from tests.engine.test_state_repair import Runtime as RestoreRuntime
@@ -626,10 +628,17 @@ def damage_journal_record(raw: bytes, data: st.DataObject, notes: list[str]) -> 
     return b"\n".join(lines)
 
 
+def resealed(doc: object) -> bytes:
+    """What a writer with a bug would write: `doc` as it is, under a checksum that matches,
+    so the entries' own checks are what must find the damage (JSON that is not an object has
+    no place for a checksum)."""
+    return encode_state(doc) if isinstance(doc, dict) else json.dumps(doc).encode()
+
+
 def damage(folder: Path, data: st.DataObject) -> tuple[list[str], bool]:
     """Applies one to three random changes to the state folder; returns what they were, and
-    whether state.json may now hold different values that are still well-formed (a byte
-    changed inside a string or a number: nothing in the file can tell)."""
+    whether state.json may now hold different values that are still well-formed under a
+    matching checksum (nothing in the file can tell)."""
     notes: list[str] = []
     undetectable = False
     state, journal = folder / STATE_FILE, folder / JOURNAL_FILE
@@ -649,13 +658,9 @@ def damage(folder: Path, data: st.DataObject) -> tuple[list[str], bool]:
                 damage_pairing(doc, data, notes)
             elif isinstance(doc, dict):
                 undetectable |= damage_values(doc, data, notes)
-            state.write_text(json.dumps(doc))
-        elif target == "state bytes":
-            before = state.read_bytes()
-            after = damage_bytes(before, data, notes, STATE_FILE)
-            state.write_bytes(after)
-            with contextlib.suppress(ValueError):
-                undetectable |= json.loads(after) != json.loads(before)
+            state.write_bytes(resealed(doc))
+        elif target == "state bytes":  # the disk's damage: the checksum finds it
+            state.write_bytes(damage_bytes(state.read_bytes(), data, notes, STATE_FILE))
         elif target == "journal bytes":
             journal.write_bytes(damage_bytes(journal.read_bytes(), data, notes, JOURNAL_FILE))
         else:
@@ -837,5 +842,5 @@ def test_damage_once_found_is_survivable(name: str) -> None:
         written = everything_written(folder)
         state = json.loads((folder / STATE_FILE).read_bytes())
         change(state)
-        (folder / STATE_FILE).write_text(json.dumps(state))
+        (folder / STATE_FILE).write_bytes(encode_state(state))
         survives(folder, runtime, CONFIGS[scenario.config], written, exact=True)

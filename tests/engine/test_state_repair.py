@@ -9,6 +9,7 @@ import copy
 import errno
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ from enforcer.refusal import Reason
 from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateStore
 from enforcer.state import store as store_module
+from enforcer.state.store import encode_state
 from enforcer.topology import Topology
 from tests.support.kubelet import container_config_for, sandbox_config_for
 from tests.support.pods import guaranteed, manifest, sleeper
@@ -110,7 +112,7 @@ def edit(change: Callable[[State], object]) -> Callable[[Path], None]:
     def damage(path: Path) -> None:
         state = json.loads(path.read_text())
         change(state)
-        path.write_text(json.dumps(state))
+        path.write_bytes(encode_state(state))  # a writer's bug: the checksum matches
 
     return damage
 
@@ -136,9 +138,23 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     "truncated": (raw(lambda b: b[: len(b) // 2]), "it is not JSON", "all of it", ()),
     "not-utf8": (raw(b"\xff\xfe{}"), "it is not JSON", "all of it", ()),
     "top-level-array": (raw(b"[]"), "it holds a JSON array, not an object", "all of it", ()),
+    # Bytes changed on the disk that still read as JSON, and well-formed values: once
+    # restored as true (a request of 1000m read as 2000m, its CPUs given twice).
+    "changed-on-disk": (
+        raw(lambda b: b.replace(b'"cpu_request_milli":1000', b'"cpu_request_milli":2000', 1)),
+        "its checksum does not match its content",
+        "all of it",
+        (),
+    ),
+    "checksum-cut-off": (
+        raw(lambda b: re.sub(rb',"crc32":"[0-9a-f]{8}"\}$', b"}", b)),
+        "it has no checksum at its end (version 2 ends with one)",
+        "all of it",
+        (),
+    ),
     "other-version": (
-        edit(lambda s: setitem(s, "version", 2)),
-        "it has version 2, not version 1",
+        edit(lambda s: setitem(s, "version", 3)),
+        "it has version 3, not version 2",
         "all of it",
         (),
     ),
@@ -181,6 +197,19 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     "unknown-field": (
         edit(lambda s: setitem(admitted(s, 2)["request"], "colour", "red")),
         "policy entry 3 (e2e/third/app): cannot be read (TypeError: ",
+        "2 of 6 entries",
+        ("first", "second"),
+    ),
+    # Once accepted: a request of -1000m, an entry granted -500m of the shared CPUs.
+    "negative-count": (
+        edit(lambda s: setitem(admitted(s, 1)["request"], "cpu_request_milli", -1000)),
+        "policy entry 2 (e2e/second/app): request.cpu_request_milli is -1000, less than 0",
+        "2 of 6 entries",
+        ("first", "third"),
+    ),
+    "negative-share": (
+        edit(lambda s: setitem(admitted(s, 2), "shared_milli", -500)),
+        "policy entry 3 (e2e/third/app): shared_milli is -500, less than 0",
         "2 of 6 entries",
         ("first", "second"),
     ),
@@ -311,6 +340,28 @@ def test_every_repair_says_what_was_wrong_and_what_was_dropped(
     assert set(again.policy.admitted) == set(e.policy.admitted)
 
 
+def test_a_state_file_written_before_the_checksum_is_read_whole(
+    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An enforcer upgraded over a version-1 state file (no checksum) keeps every entry, and
+    its next write has the checksum."""
+    folder, runtime = saved
+    path = folder / "state.json"
+    state = json.loads(path.read_text())
+    del state["crc32"]
+    state["version"] = 1
+    path.write_text(json.dumps(state))
+    before = {a["request"]["pod_name"]: a["exclusive"] for a in state["policy"]["admitted"]}
+    e = make(folder, runtime)
+    with caplog.at_level(logging.WARNING):
+        e.restore_saved()
+    assert not [r for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert {a.request.pod_name: str(a.exclusive) for a in e.policy.admitted.values()} == before
+    e.persist()
+    assert re.search(rb',"crc32":"[0-9a-f]{8}"\}$', path.read_bytes())
+    assert json.loads(path.read_bytes())["version"] == 2
+
+
 @pytest.mark.parametrize("container_entry", ["kept", "lost"])
 def test_a_restarted_container_is_restored_by_its_own_key(
     container_entry: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -330,7 +381,7 @@ def test_a_restarted_container_is_restored_by_its_own_key(
     cpus = str(e.policy.admitted[restarted].exclusive)
     if container_entry == "lost":
         state["containers"] = [c for c in state["containers"] if c["key"] != restarted]
-        path.write_text(json.dumps(state))
+        path.write_bytes(encode_state(state))
     again = make(tmp_path / "state", runtime)
     with caplog.at_level(logging.WARNING):
         again.restore_saved()
