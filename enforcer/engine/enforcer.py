@@ -729,6 +729,8 @@ class Enforcer:
         store = self.registry.store
         saved = store.load() if store is not None else None
         if store is None or saved is None:
+            if store is not None:
+                self._restore_salvaged(store.salvaged)
             return
         # Entry by entry: a damaged one costs itself, and the log says what was lost.
         checked = check_saved(saved, read_container=Entry.from_dict)
@@ -754,6 +756,20 @@ class Enforcer:
         if checked.damage:
             with contextlib.suppress(StateWriteFailed):  # the store says why
                 self.persist()  # the repaired state, before anything else can be lost
+
+    def _restore_salvaged(self, salvaged: Mapping[str, Any]) -> None:
+        """From a state file set aside as corrupt: what the controllers remembered (the CPU
+        classes' original values, which no runtime can tell again), when its own checksum
+        still matched."""
+        remembered = salvaged.get("controllers")
+        if self.controllers is None or not isinstance(remembered, Mapping):
+            return
+        self.controllers.restore(remembered)
+        log.warning(
+            "kept what the controllers remembered (%s) from the corrupt state file: that part's "
+            "own checksum matches",
+            ", ".join(sorted(remembered)) or "nothing",
+        )
 
     def reconcile(self) -> None:
         """Brings the registry in line with the runtime: after a restart, a crash or a lost

@@ -59,13 +59,22 @@ PROBE_FILE = ".write-probe"
 FORMAT_VERSION = 2  # 2: the file ends with its checksum; 1 (no checksum) is still read
 CHECKSUM_KEY = "crc32"
 # The checksum as the file's last key, after the body it covers (whitespace may follow).
-_CHECKSUM_TAIL = re.compile(rb',"crc32":"([0-9a-f]{8})"\}\s*\Z')
+_CHECKSUM_TAIL = re.compile(rb',"' + CHECKSUM_KEY.encode() + rb'":"([0-9a-f]{8})"\}\s*\Z')
+# Sections that stand alone and that no runtime can tell again (the CPU classes' original
+# values): each has its own checksum as well, so a file damaged elsewhere still gives them back.
+SALVAGEABLE = ("controllers",)
+SECTION_CHECKSUMS = "sectionCrc32"
 # A journal longer than this is folded into the state file at the next lazy write (`flush`).
 JOURNAL_FOLD_BYTES = 256 * 1024
 
 
 class StateError(ValueError):
-    """A state file that cannot be used, as a read-only caller (`status`) is told."""
+    """A state file that cannot be used, as a read-only caller (`status`) is told; with
+    `salvaged`, the sections of it that stand alone and whose own checksums still match."""
+
+    def __init__(self, message: str, salvaged: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.salvaged: dict[str, Any] = dict(salvaged or {})
 
 
 class StateWriteError(OSError):
@@ -89,6 +98,9 @@ class StateStore:
         # Why the saved state cannot be read now (None: it was read, or there is none).
         self.read_problem: str | None = None
         self.journal_path = self.dir / JOURNAL_FILE
+        # What the last load kept of a corrupt state file: its sections that stand alone and
+        # whose own checksums match (SALVAGEABLE); empty otherwise.
+        self.salvaged: dict[str, Any] = {}
         # The journal this process appends to: made afresh after its first durable write of
         # the state file (which holds every record an earlier process left).
         self._journal_fd: int | None = None
@@ -165,6 +177,7 @@ class StateStore:
         A corrupt file is moved aside (the enforcer then rebuilds from the runtime); one that
         cannot be read is left alone and recorded in `read_problem`. Read-only callers such
         as `status` pass move_aside=False and get a StateError instead, in one line."""
+        self.salvaged = {}
         # The journal first: should the running enforcer fold it into the state file between
         # the two reads, the newer file holds its records, which are then skipped.
         journal_error: OSError | None = None
@@ -203,6 +216,7 @@ class StateStore:
         except StateError as exc:
             if not move_aside:
                 raise StateError(f"{self.path}: {exc}") from None
+            self.salvaged = exc.salvaged
             self.move_aside(str(exc), "all of it")
             return None
         covered = data.pop("journal", 0)
@@ -276,7 +290,8 @@ class StateStore:
         file that could not be read is never replaced)."""
         if not self._may_write():
             return
-        payload = encode_state({**data, "version": FORMAT_VERSION, "journal": self.seq})
+        # The version first: far from the checksum, so damage to the file's end spares it.
+        payload = encode_state({"version": FORMAT_VERSION, **data, "journal": self.seq})
         now = durable and not sync_later
         try:
             # A temporary file made with O_EXCL|O_NOFOLLOW, mode 0600, renamed over the state
@@ -408,11 +423,35 @@ class StateStore:
 def encode_state(data: Mapping[str, Any]) -> bytes:
     """A state file's bytes: `data` as compact JSON, with a CRC-32 of those bytes appended as
     the object's last key (`"crc32":"<8 hex digits>"`; one `data` had is replaced)."""
-    fields = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    fields = {k: v for k, v in data.items() if k not in (CHECKSUM_KEY, SECTION_CHECKSUMS)}
+    sections = {k: _section_checksum(fields[k]) for k in SALVAGEABLE if k in fields}
+    if sections:
+        fields[SECTION_CHECKSUMS] = sections
     body = json.dumps(fields, separators=(",", ":")).encode()
     if not fields:
         return body  # nothing to follow: no version either, which reading names
     return b'%s,"%s":"%08x"}' % (body[:-1], CHECKSUM_KEY.encode(), zlib.crc32(body))
+
+
+def _section_checksum(value: object) -> str:
+    # JSON this module wrote reads back to values that dump to the same bytes.
+    return f"{zlib.crc32(json.dumps(value, separators=(',', ':')).encode()):08x}"
+
+
+def _salvage(body: bytes) -> dict[str, Any]:
+    """The sections of a damaged file that stand alone and whose own checksums match."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    sections = data.get(SECTION_CHECKSUMS) if isinstance(data, dict) else None
+    if not isinstance(sections, dict):
+        return {}
+    return {
+        k: data[k]
+        for k in SALVAGEABLE
+        if k in data and sections.get(k) == _section_checksum(data[k])
+    }
 
 
 def parse_state(raw: bytes) -> dict[str, Any]:
@@ -424,7 +463,8 @@ def parse_state(raw: bytes) -> dict[str, Any]:
     if tail is not None and zlib.crc32(body) != int(tail.group(1), 16):
         raise StateError(
             "its checksum does not match its content (changed after it was written: a damaged "
-            "disk block, or an edit)"
+            "disk block, or an edit)",
+            _salvage(body),
         )
     try:
         data = json.loads(body)
@@ -433,12 +473,13 @@ def parse_state(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise StateError(f"it holds a JSON {_json_type(data)}, not an object")
     version = data.get("version")
-    if version not in (1, FORMAT_VERSION):
+    if type(version) is not int or version not in (1, FORMAT_VERSION):
         found = "no version" if version is None else f"version {version!r}"
         raise StateError(f"it has {found}, not version {FORMAT_VERSION}")
     if version == FORMAT_VERSION and tail is None:
         raise StateError(f"it has no checksum at its end (version {FORMAT_VERSION} ends with one)")
     data.pop(CHECKSUM_KEY, None)
+    data.pop(SECTION_CHECKSUMS, None)
     return data
 
 

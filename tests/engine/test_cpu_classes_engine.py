@@ -110,6 +110,39 @@ def test_a_balloons_cpu_class_is_written_remembered_and_put_back(tmp_path: Path)
     assert values(sysfs) == before
 
 
+@pytest.mark.parametrize("where", ["elsewhere", "in-the-originals"])
+def test_a_state_file_damaged_elsewhere_still_gives_back_the_originals(
+    tmp_path: Path, where: str
+) -> None:
+    """A flipped byte that leaves JSON sets the whole state file aside (its checksum), and the
+    containers are adopted from the runtime; but no runtime knows the values the CPU classes
+    replaced: their section has its own checksum and is kept when that matches. Damaged
+    itself, it is not trusted: nothing is put back rather than a wrong value."""
+    sysfs = make_sysfs(tmp_path / "sys")
+    before = values(sysfs)
+    e = start(tmp_path, sysfs)
+    (balloon,) = [b for b in e.policy.balloon_views() if b.type == "fast"]
+    cpu = min(balloon.cpus)
+    path = tmp_path / "state" / "state.json"
+    raw = path.read_bytes()
+    if where == "elsewhere":
+        damaged = raw.replace(b'"policy":', b'"pol1cy":', 1)
+    else:
+        damaged = raw.replace(b'"3000000"', b'"3000001"', 1)
+    assert damaged != raw
+    path.write_bytes(damaged)
+
+    e2 = start(tmp_path, sysfs)  # a crash, then the next process on the damaged folder
+    assert list(path.parent.glob("state.json.corrupt-*"))
+    assert read(sysfs, f"cpu{cpu}/cpufreq/scaling_max_freq") == "3800000"
+    e2.shutdown()
+    if where == "elsewhere":
+        assert values(sysfs) == before
+    else:  # the class's values stay: nothing was written from the damaged section
+        assert read(sysfs, f"cpu{cpu}/cpufreq/scaling_max_freq") == "3800000"
+        assert "3000001" not in values(sysfs).values()
+
+
 TOPOLOGY_AWARE = parse_config(
     {
         "policy": {"name": "topology-aware", "reservedCPUs": "0"},

@@ -425,7 +425,7 @@ def test_state_of_another_shape_is_moved_aside_not_fatal(tmp_path: Path) -> None
 def test_status_never_moves_the_state_file(tmp_path: Path) -> None:
     from enforcer.commands.status import status
 
-    (tmp_path / "state.json").write_text(json.dumps({"version": 2}))
+    (tmp_path / "state.json").write_text(json.dumps({"version": 3}))
     assert status(str(tmp_path)) == 1
     assert (tmp_path / "state.json").exists()
 

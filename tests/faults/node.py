@@ -35,6 +35,7 @@ import grpc
 from enforcer.cri import api_pb2
 from tests.faults.figures import KindFigures
 from tests.faults.truth import FAST_RECONNECT
+from tests.support.containerd import stuck_task
 from tests.support.kubelet import (
     BEST_EFFORT,
     BURSTABLE,
@@ -373,22 +374,21 @@ class Node:
             )
 
     def _stuck_task_deleted(self, container_id: str, exc: grpc.RpcError) -> bool:
-        """containerd#11037: a StartContainer cut off while containerd made the task (here: the
-        relay killed mid-call) leaves the container exited with reason StartError and its task
-        created but never started; CRI can neither stop nor remove it ("cannot delete running
-        task"), on a real node too. True when it was that and the task is now deleted, as an
-        operator would with `ctr task rm -f`; anything else is left to the caller."""
+        """containerd#11037 (`stuck_task`; here: the relay killed during a StartContainer):
+        CRI can neither stop nor remove the container, on a real node too. True when it was
+        that and the task is now deleted, as an operator would with `ctr task rm -f`; anything
+        else is left to the caller."""
         if self.delete_task is None or exc.code() != Code.FAILED_PRECONDITION:
             return False
         if "running task" not in (exc.details() or ""):
             return False
-        status = _retrying(
+        answer = _retrying(
             lambda: self.runtime.ContainerStatus(
                 api_pb2.ContainerStatusRequest(container_id=container_id), timeout=CALL_TIMEOUT
             )
         )
-        assert status is not None
-        if status.status.state != api_pb2.CONTAINER_EXITED or status.status.reason != "StartError":
+        assert answer is not None
+        if not stuck_task(answer.status, exc.details() or ""):
             return False
         if self.delete_task(container_id) is not None:
             return False

@@ -95,7 +95,22 @@ def test_any_other_container_that_cannot_go_stays_a_failure(
     assert cid in listed(containerd) and task_status(containerd, cid) == "RUNNING"
     assert pod.name in node.doomed  # kept, to retry
 
-    # The cleanup between tests frees it all the same, and names it.
-    assert containerd.remove_all_pods() == [cid]
+    # The cleanup between tests frees it all the same, and names it apart from the bug's.
+    left = containerd.remove_all_pods()
+    assert (left.stuck, left.other) == ([], [cid])
+    assert cid not in listed(containerd)
+    assert task_status(containerd, cid) is None
+
+
+def test_the_cleanup_between_tests_counts_the_bugs_stuck_tasks_as_such(
+    containerd: PrivateContainerd, node: Node
+) -> None:
+    _, cid = created_pod(node)
+    task_behind_cri(containerd, cid)
+    with pytest.raises(grpc.RpcError):
+        node.runtime.StartContainer(api_pb2.StartContainerRequest(container_id=cid), timeout=30)
+
+    left = containerd.remove_all_pods()
+    assert (left.stuck, left.other) == ([cid], [])
     assert cid not in listed(containerd)
     assert task_status(containerd, cid) is None
