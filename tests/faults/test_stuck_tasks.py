@@ -65,15 +65,21 @@ def listed(containerd: PrivateContainerd) -> set[str]:
     return {c.id for c in answer.containers}
 
 
-def test_a_start_error_with_a_task_left_is_removed_and_counted(
-    containerd: PrivateContainerd, node: Node
-) -> None:
+def stuck_pod(containerd: PrivateContainerd, node: Node) -> tuple[RunningPod, str]:
+    """A pod whose container is in containerd#11037's state: exited, StartError, a task."""
     pod, cid = created_pod(node)
     task_behind_cri(containerd, cid)
     with pytest.raises(grpc.RpcError):
         node.runtime.StartContainer(api_pb2.StartContainerRequest(container_id=cid), timeout=30)
     status = node.runtime.ContainerStatus(api_pb2.ContainerStatusRequest(container_id=cid))
     assert (status.status.state, status.status.reason) == (api_pb2.CONTAINER_EXITED, "StartError")
+    return pod, cid
+
+
+def test_a_start_error_with_a_task_left_is_removed_and_counted(
+    containerd: PrivateContainerd, node: Node
+) -> None:
+    pod, cid = stuck_pod(containerd, node)
 
     assert node.remove_pod(pod) is None
     assert node.figures.stuck_tasks == 1
@@ -105,10 +111,7 @@ def test_any_other_container_that_cannot_go_stays_a_failure(
 def test_the_cleanup_between_tests_counts_the_bugs_stuck_tasks_as_such(
     containerd: PrivateContainerd, node: Node
 ) -> None:
-    _, cid = created_pod(node)
-    task_behind_cri(containerd, cid)
-    with pytest.raises(grpc.RpcError):
-        node.runtime.StartContainer(api_pb2.StartContainerRequest(container_id=cid), timeout=30)
+    _, cid = stuck_pod(containerd, node)
 
     left = containerd.remove_all_pods()
     assert (left.stuck, left.other) == ([cid], [])
