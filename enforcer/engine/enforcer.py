@@ -31,7 +31,7 @@ from enforcer.decode import (
     estimate_from_cri,
 )
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
-from enforcer.engine.ports import ContainerMissing, Runtime, RuntimeAway
+from enforcer.engine.ports import ContainerMissing, RecordUnusable, Runtime, RuntimeAway
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import PlacementError, Policy, make_policy
@@ -586,7 +586,12 @@ class Enforcer:
 
     def _apply(self, entry: Entry, container_id: str, pinning: Pinning) -> bool:
         try:
-            sent = self.runtime.repin(container_id, entry.resources, pinning)
+            try:
+                sent = self.runtime.repin(container_id, entry.resources, pinning)
+            except RecordUnusable as unusable:
+                sent = self.runtime.repin(
+                    container_id, self._runtime_record(entry, container_id, unusable), pinning
+                )
         except ContainerMissing:
             # Within a re-pin, the others are not re-pinned now: `repin` goes round again.
             self._release([entry], "the runtime no longer has it", repin=not self._repinning)
@@ -606,6 +611,22 @@ class Enforcer:
         self.registry.set_applied(entry.key, pinning.cpus, pinning.mems)
         self.registry.touch(entry.key, resources=sent)
         return True
+
+    def _runtime_record(
+        self, entry: Entry, container_id: str, unusable: RecordUnusable
+    ) -> Mapping[str, Any]:
+        """The runtime's own record of kubelet's resources for a container whose saved one
+        cannot be sent; the saved one's RecordUnusable again when the runtime has none."""
+        live = LiveContainer(container_id, entry.sandbox_id, entry.key, running=True, exited=False)
+        recorded = self.runtime.recorded(live)
+        if recorded is None:
+            raise unusable
+        log.warning(
+            "container %s: %s; re-pinning it with the runtime's own record instead",
+            container_id,
+            unusable,
+        )
+        return recorded.resources
 
     # -- verification --------------------------------------------------------------------------
 

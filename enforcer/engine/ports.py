@@ -21,6 +21,11 @@ class ContainerMissing(Exception):
     """The runtime does not have the container (any more)."""
 
 
+class RecordUnusable(RuntimeError):
+    """The transport cannot send its saved record of kubelet's resources for a container (a
+    damaged saved state): the engine takes the runtime's own record (`recorded`) instead."""
+
+
 class Runtime(Protocol):
     def list_containers(self) -> list[LiveContainer]:
         """Every container the runtime has; RuntimeAway when it cannot be asked."""
@@ -30,7 +35,8 @@ class Runtime(Protocol):
         self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
     ) -> Mapping[str, Any]:
         """Moves a container to `pinning`, sending kubelet's `resources` with it; returns the
-        resources as sent. ContainerMissing, RuntimeAway, or RuntimeError for a refusal."""
+        resources as sent. ContainerMissing, RuntimeAway, RecordUnusable when `resources`
+        cannot be sent, or RuntimeError for a refusal."""
         ...
 
     def recorded(self, container: LiveContainer) -> Recorded | None:

@@ -18,7 +18,7 @@ from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.cri.convert import container_create
 from enforcer.decode.request import container_key
 from enforcer.engine.model import LiveContainer, Pinning, Recorded
-from enforcer.engine.ports import ContainerMissing, RuntimeAway
+from enforcer.engine.ports import ContainerMissing, RecordUnusable, RuntimeAway
 
 # Status codes that mean the runtime could not be asked, rather than that it said no.
 _AWAY = frozenset(
@@ -45,12 +45,12 @@ def update_request(
     container_id: str, record: Mapping[str, Any], pinning: Pinning
 ) -> api_pb2.UpdateContainerResourcesRequest:
     """The UpdateContainerResources call that moves a container to `pinning`, with kubelet's
-    resources from the registry's record. RuntimeError (the port's refusal: logged, retried)
-    when the record cannot be converted, as from a damaged saved state."""
+    resources from the registry's record. RecordUnusable when the record cannot be converted,
+    as from a damaged saved state (the engine then takes the runtime's own record)."""
     try:
         message = resources_message(record)
     except json_format.Error as exc:
-        raise RuntimeError(
+        raise RecordUnusable(
             f"UpdateContainerResources {container_id}: the saved record of kubelet's "
             f"resources cannot be sent: {exc}"
         ) from None

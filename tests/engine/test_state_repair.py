@@ -414,7 +414,15 @@ def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
 
 class CriRuntime(Runtime):
     """Re-pins as the CRI client does: the saved record of kubelet's resources converted to
-    the UpdateContainerResources call (`enforcer.runtime.client.update_request`)."""
+    the UpdateContainerResources call (`enforcer.runtime.client.update_request`); `records`:
+    what it recorded of each container at its creation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[str, Recorded] = {}
+
+    def recorded(self, container: LiveContainer) -> Recorded | None:
+        return self.records.get(container.id)
 
     def repin(
         self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
@@ -422,29 +430,47 @@ class CriRuntime(Runtime):
         return resources_record(update_request(container_id, resources, pinning).linux)
 
 
-def test_a_damaged_record_of_kubelets_resources_fails_its_repin_not_the_next_decision(
-    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("runtime_has_it", [True, False], ids=["runtime-record", "none"])
+def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
+    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture, runtime_has_it: bool
 ) -> None:
     """The record is the transport's, opaque to the state's checks: one the CRI client cannot
-    convert fails that container's re-pin (logged, retried), as a refused one does. Once the
-    conversion's ParseError escaped the engine, and the next container's creation failed
-    after containerd had made it (found by tests/engine/test_state_damage_properties.py)."""
+    convert is replaced by the runtime's own record of the container, and the re-pin goes on.
+    When the runtime has none, that container's re-pin fails (logged, retried), not the next
+    decision. Once the conversion's ParseError escaped the engine, and the next container's
+    creation failed after containerd had made it (found by
+    tests/engine/test_state_damage_properties.py); then the re-pin failed for ever."""
     folder, shared = saved
-    edit(lambda s: setitem(s["containers"][2], "resources", {"cpu_shares": [1]}))(
-        folder / "state.json"
-    )
+    path = folder / "state.json"
+    kept = json.loads(path.read_text())["containers"][2]["resources"]
+    edit(lambda s: setitem(s["containers"][2], "resources", {"cpu_shares": [1]}))(path)
     runtime = CriRuntime()
     runtime.containers = shared.containers
+    if runtime_has_it:
+        runtime.records["cid-third"] = Recorded(create_of("third"), kept, "", "")
     e = make(folder, runtime)
     e.restore_saved()
     e.reconcile()
-    with caplog.at_level(logging.ERROR):
+    (third,) = [c for c in e.registry.entries.values() if c.container_id == "cid-third"]
+    before_cpus = third.applied_cpus
+    with caplog.at_level(logging.WARNING):
         create(e, runtime, "fourth", guaranteed("1"))  # the shared pool shrinks: re-pins
-    assert e.repin_failed
+    assert len(e.policy.admitted) == 4
     (line,) = [r.getMessage() for r in caplog.records if "cid-third" in r.getMessage()]
     assert "the saved record of kubelet's resources cannot be sent" in line
     assert "cpu_shares" in line
-    assert len(e.policy.admitted) == 4
+    (third,) = [c for c in e.registry.entries.values() if c.container_id == "cid-third"]
+    if runtime_has_it:
+        assert "the runtime's own record instead" in line
+        assert not e.repin_failed
+        # Moved, and sent with the runtime's record, which the registry now keeps.
+        sent = dict(third.resources)
+        assert sent.pop("cpuset_cpus") == third.applied_cpus != before_cpus
+        sent.pop("cpuset_mems", None)
+        assert sent == {k: v for k, v in kept.items() if not k.startswith("cpuset_")}
+    else:
+        assert e.repin_failed
+        assert dict(third.resources) == {"cpu_shares": [1]}
 
 
 def test_status_names_a_policy_name_that_is_not_a_string(
