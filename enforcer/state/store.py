@@ -477,7 +477,10 @@ def parse_state(raw: bytes) -> dict[str, Any]:
         found = "no version" if version is None else f"version {version!r}"
         raise StateError(f"it has {found}, not version {FORMAT_VERSION}")
     if version == FORMAT_VERSION and tail is None:
-        raise StateError(f"it has no checksum at its end (version {FORMAT_VERSION} ends with one)")
+        raise StateError(
+            f"it has no checksum at its end (version {FORMAT_VERSION} ends with one)",
+            _salvage(body),
+        )
     data.pop(CHECKSUM_KEY, None)
     data.pop(SECTION_CHECKSUMS, None)
     return data
