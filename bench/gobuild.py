@@ -18,7 +18,7 @@ from pathlib import Path
 BASELINES = Path(__file__).resolve().parent / "baselines"
 OUT = Path(__file__).resolve().parent / "results" / "go"
 GOCODE = Path("/usr/share/gocode")
-PROGRAMS = ("webhook", "criclient", "grpcproxy")
+PROGRAMS = ("webhook", "criclient", "grpcproxy", "bytepipe")
 INSTALL_HINT = "apt-get install golang-go golang-google-grpc-dev  (make bench-deps)"
 
 

@@ -16,8 +16,10 @@ with --create-only).
 
 With Go (bench/baselines, `bench.gobuild`), first the passthrough as kubelet drives it: the Go
 CRI client, unary calls on one connection, 1 and 8 at once, against containerd directly, the
-relay, and a grpc-go passthrough proxy, round by round; the relay and the proxy pinned to CPU 0
-and the client to CPU 1, with each server's CPU seconds per 1000 calls and peak RSS.
+relay, a grpc-go passthrough proxy, and the floor under any relay: do-nothing byte pipes in Go
+(bench/baselines/bytepipe) and in Python on uvloop (bench/pipe.py), round by round; the servers
+pinned to CPU 0 and the client to CPU 1, with each server's CPU seconds per 1000 calls and peak
+RSS.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -123,6 +126,24 @@ def pin_process(pid: int, cpu: int) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):
             os.sched_setaffinity(int(tid), {cpu})
+
+
+def start_helper(
+    command: list[str], listen: str, backend: str, cpu: int | None
+) -> subprocess.Popen[bytes]:
+    """A baseline server in front of `backend` (the grpc-go proxy, a byte pipe), on `cpu`,
+    once its socket is there."""
+    cmd = [*command, "--listen", listen, "--backend", backend]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    helper = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=Path(__file__).parent.parent)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(listen):
+        if helper.poll() is not None or time.monotonic() > deadline:
+            helper.kill()
+            raise RuntimeError(f"{command[0]} did not serve {listen}")
+        time.sleep(0.05)
+    return helper
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -223,6 +244,24 @@ def go_passthrough(
                     row[f"{side}_p50_ratio"] = round(statistics.median(ratios), 2)
             results[key] = row
     return results
+
+
+# The goal on the relay's p50 with the Go client, one at a time (issue 16).
+RELAY_GOAL = 1.6
+
+
+def ratio_summary(go_results: dict[str, dict[str, float]]) -> list[str]:
+    """The p50 ratios to direct, side by side with the floor (the byte pipes), per case."""
+    lines = [f"p50 / direct, side by side (the relay's goal with 1 client: <= {RELAY_GOAL}):"]
+    for case, figures in go_results.items():
+        sides = [k.removesuffix("_p50_ratio") for k in figures if k.endswith("_p50_ratio")]
+        lines.append(
+            f"  {case:30s} " + "  ".join(f"{side} {figures[f'{side}_p50_ratio']}" for side in sides)
+        )
+    lines.append(
+        "  (the byte pipes parse nothing: what any relay in Go or in Python pays before its work)"
+    )
+    return lines
 
 
 def python_client(
@@ -344,7 +383,7 @@ def main(argv: list[str]) -> int:
     if not args.no_go and not args.create_only:
         from bench.gobuild import build
 
-        go = build(("criclient", "grpcproxy"))
+        go = build(("criclient", "grpcproxy", "bytepipe"))
     pinned = not args.no_pin and len(os.sched_getaffinity(0)) >= 2
     server_cpu, client_cpu = (0, 1) if pinned else (None, None)
     results: dict[str, dict[str, float]] = {}
@@ -360,7 +399,7 @@ def main(argv: list[str]) -> int:
             extra_args=["--log-level", "warning"],
         )
         enforcer.start()
-        proxy: subprocess.Popen[bytes] | None = None
+        helpers: list[subprocess.Popen[bytes]] = []
         try:
             assert enforcer.proc is not None
             pids = {"relay": enforcer.proc.pid}
@@ -368,16 +407,19 @@ def main(argv: list[str]) -> int:
                 pin_process(enforcer.proc.pid, server_cpu)
             sockets = {"direct": ctrd.socket, "relay": enforcer.relay_socket}
             if go is not None:
-                proxy_socket = str(Path(tmp, "grpc-go-proxy.sock"))
-                cmd = [str(go["grpcproxy"]), "-listen", proxy_socket, "-backend", ctrd.socket]
-                if server_cpu is not None:
-                    cmd = ["taskset", "-c", str(server_cpu), *cmd]
-                proxy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-                deadline = time.monotonic() + 10
-                while not os.path.exists(proxy_socket) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                sockets["grpc-go proxy"] = proxy_socket
-                pids["grpc-go proxy"] = proxy.pid
+                # The grpc-go proxy, and the floor under any relay: byte pipes that parse
+                # nothing, in Go and on the relay's own event loop (bench/pipe.py).
+                floors = {
+                    "grpc-go proxy": [str(go["grpcproxy"])],
+                    "Go byte pipe": [str(go["bytepipe"])],
+                    "Python byte pipe": [sys.executable, "-m", "bench.pipe"],
+                }
+                for side, command in floors.items():
+                    sock = str(Path(tmp, side.replace(" ", "-") + ".sock"))
+                    helper = start_helper(command, sock, ctrd.socket, server_cpu)
+                    helpers.append(helper)
+                    sockets[side] = sock
+                    pids[side] = helper.pid
             sides = {
                 "direct": KubeletEmulator(ctrd.socket, log_root=Path(tmp, "pods-d")),
                 "relay": KubeletEmulator(enforcer.relay_socket, log_root=Path(tmp, "pods-r")),
@@ -424,15 +466,17 @@ def main(argv: list[str]) -> int:
             for k in sides.values():
                 k.close()
         finally:
-            if proxy is not None:
-                proxy.terminate()
-                proxy.wait(10)
+            for helper in helpers:
+                helper.terminate()
+                helper.wait(10)
             enforcer.stop()
-    pinning = "relay and proxy on CPU 0, clients on CPU 1" if pinned else "not pinned"
+    pinning = "servers on CPU 0, clients on CPU 1" if pinned else "not pinned"
     if go_results:
         print(f"Go CRI client (unary, one connection; {pinning}), medians of {args.rounds} rounds:")
         for case, figures in go_results.items():
             print(f"  {case:20s} " + "  ".join(f"{k}={v}" for k, v in figures.items()))
+        for line in ratio_summary(go_results):
+            print(line)
     elif not args.no_go and not args.create_only:
         print("Go CRI client and grpc-go proxy: not run (Go missing, see above)")
     print("Python client (grpcio) and container cycles:")
@@ -447,6 +491,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))
