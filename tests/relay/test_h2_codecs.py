@@ -25,6 +25,7 @@ from enforcer.relay.h2.framing import (
     Received,
     StreamError,
 )
+from enforcer.relay.h2.grpc_wire import _final_status, _read_status
 from enforcer.relay.h2.header_codec import (
     HeaderBlockError,
     HeaderDecoder,
@@ -236,6 +237,27 @@ def test_shared_header_lists_keep_their_encoding_and_size() -> None:
     encoded = ours.encode(first)
     assert ours.encode(first) is encoded and encoded == HeaderEncoder().encode(list(first))
     assert hpack.Decoder().decode(encoded, raw=True) == headers
+
+
+def test_shared_header_lists_keep_their_path_and_status_per_block() -> None:
+    """What a memoized list keeps (its :path, the status it stands for) is read from that
+    list: another block gets its own, and a plain list is read every time."""
+    encoder = hpack.Encoder()
+    decoder = HeaderDecoder()
+    ok = [(b"grpc-status", b"0"), (b"grpc-message", b"")]
+    failed = [(b"grpc-status", b"5"), (b"grpc-message", b"gone")]
+    request = [(b":method", b"POST"), (b":path", b"/runtime.v1.RuntimeService/Version")]
+    for headers in (ok, failed, request):
+        decoder.decode(encoder.encode(headers))  # indexes the fields
+    shared = [decoder.decode(encoder.encode(h)) for h in (ok, failed, request)]
+    assert all(isinstance(h, SharedHeaders) for h in shared)
+    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]
+    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]  # kept
+    assert [h.path for h in shared] == [None, None, b"/runtime.v1.RuntimeService/Version"]
+    plain = [(b"grpc-status", b"7")]
+    assert _final_status(plain) == 7
+    plain[0] = (b"grpc-status", b"9")
+    assert _final_status(plain) == 9
 
 
 def test_decoder_memo_is_bounded_in_bytes() -> None:

@@ -90,9 +90,11 @@ class _FlowControl:
     ) -> None:
         increment = frame.window_increment
         if not sid:
-            self.send_window += increment
-            if self.send_window > MAX_WINDOW:
+            window = self.send_window = self.send_window + increment
+            if window > MAX_WINDOW:
                 raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+            if not self._blocked:
+                return
             for blocked in list(self._blocked):
                 if self.send_window <= 0:
                     break
