@@ -284,10 +284,11 @@ def test_the_frame_header_layout_reads_as_hyperframe_reads_it(
 ) -> None:
     from hyperframe.frame import Frame
 
-    from enforcer.relay.h2.framing import _HEADER
+    from enforcer.relay.h2.framing import _HEADER, _READ_HEADER
 
     header = length.to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big")
     high, low, got_kind, got_flags, got_sid = _HEADER.unpack(header)
+    assert _READ_HEADER.unpack(header) == (high, low, (got_kind << 8) | got_flags, got_sid)
     try:
         frame, frame_length = Frame.parse_frame_header(memoryview(header))
     except Exception:  # a stream id the type does not allow: the layout is what is compared

@@ -158,8 +158,11 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self._resets = _Flood("RST_STREAM")
         self._paused_by: set[_Endpoint] = set()
         self.writing_paused = False
-        self._handlers: list[Callable[[int, Flags, int, Any], None]] = [
-            self._on_data_frame,
+        # By frame type (an index: a type is one byte), each called with a ``Received``
+        # tuple's fields: the RFC's ten types, then types unknown to the RFC (ignored, as RFC
+        # 9113 requires), then at REFUSED what hyperframe refused.
+        handlers: list[Callable[[int, Flags, int, Any, bytes | None], None]] = [
+            self._on_data,
             self._on_headers,
             self._on_priority,
             self._on_rst_stream,
@@ -170,6 +173,9 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             self._on_window_update,
             self._on_continuation,
         ]
+        handlers += [self._on_extension] * (REFUSED - len(handlers))
+        handlers.append(self._on_refused)
+        self._handlers = handlers
 
     # --- output
 
@@ -243,19 +249,10 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             for ftype, sid, flags, length, body, raw in self.reader.feed(data):
                 if self._hdr_sid and ftype != CONTINUATION:
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
-                if 0 <= ftype < 10:
-                    try:
-                        if ftype:
-                            handlers[ftype](sid, flags, length, body)
-                        else:
-                            self._on_data(sid, flags, length, body, raw)
-                    except StreamError as exc:
-                        self._stream_error(exc)
-                elif ftype == REFUSED:  # a frame hyperframe refused
-                    if isinstance(body, StreamError):
-                        self._stream_error(body)
-                    else:
-                        raise body
+                try:
+                    handlers[ftype](sid, flags, length, body, raw)
+                except StreamError as exc:
+                    self._stream_error(exc)
                 if self.closed:
                     break
         except ConnectionError_ as exc:
@@ -295,9 +292,6 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             h.credit(flow - len(payload))  # padding is consumed here
         h.stream.on_data(h, payload, "END_STREAM" in flags, raw)
 
-    def _on_data_frame(self, sid: int, flags: Flags, flow: int, payload: bytes) -> None:
-        self._on_data(sid, flags, flow, payload, None)  # (data_received calls _on_data)
-
     def credit_connection(self, n: int) -> None:
         """``n`` received bytes were passed on or dropped: re-open our connection window.
 
@@ -311,7 +305,9 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
             unacked = 0
         self.recv_unacked = unacked
 
-    def _on_headers(self, sid: int, flags: Flags, length: int, block: bytes) -> None:
+    def _on_headers(
+        self, sid: int, flags: Flags, length: int, block: bytes, raw: bytes | None
+    ) -> None:
         self._pings.count = self._settings.count = 0
         if "END_HEADERS" in flags:
             headers = self.decoder.decode(block)
@@ -323,7 +319,9 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         self._hdr_size = len(block)
         self._hdr_frames = 0
 
-    def _on_continuation(self, sid: int, flags: Flags, length: int, fragment: bytes) -> None:
+    def _on_continuation(
+        self, sid: int, flags: Flags, length: int, fragment: bytes, raw: bytes | None
+    ) -> None:
         if not self._hdr_sid or sid != self._hdr_sid:
             raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
         self._hdr_parts.append(fragment)
@@ -347,10 +345,14 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _on_header_list(self, sid: int, headers: HeaderList, end: bool) -> None:
         raise NotImplementedError
 
-    def _on_priority(self, sid: int, flags: Flags, length: int, frame: Frame) -> None:
+    def _on_priority(
+        self, sid: int, flags: Flags, length: int, frame: Frame, raw: bytes | None
+    ) -> None:
         pass  # priorities are advisory and do not cross the relay
 
-    def _on_rst_stream(self, sid: int, flags: Flags, length: int, frame: RstStreamFrame) -> None:
+    def _on_rst_stream(
+        self, sid: int, flags: Flags, length: int, frame: RstStreamFrame, raw: bytes | None
+    ) -> None:
         h = self.streams.get(sid)
         if h is None:
             if self._idle(sid):
@@ -364,7 +366,9 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         """Whether ``sid`` was never opened on this connection (frames on it are an error)."""
         raise NotImplementedError
 
-    def _on_settings(self, sid: int, flags: Flags, length: int, frame: SettingsFrame) -> None:
+    def _on_settings(
+        self, sid: int, flags: Flags, length: int, frame: SettingsFrame, raw: bytes | None
+    ) -> None:
         if "ACK" in flags:
             return
         self._settings.hit()
@@ -396,10 +400,29 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
     def _settings_changed(self) -> None:
         pass
 
-    def _on_push_promise(self, sid: int, flags: Flags, length: int, frame: Frame) -> None:
+    def _on_push_promise(
+        self, sid: int, flags: Flags, length: int, frame: Frame, raw: bytes | None
+    ) -> None:
         raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE is not allowed here")
 
-    def _on_ping(self, sid: int, flags: Flags, length: int, frame: PingFrame) -> None:
+    def _on_extension(
+        self, sid: int, flags: Flags, length: int, frame: Frame, raw: bytes | None
+    ) -> None:
+        pass  # a frame type RFC 9113 does not define: ignored
+
+    def _on_refused(
+        self,
+        sid: int,
+        flags: Flags,
+        length: int,
+        error: ConnectionError_ | StreamError,
+        raw: bytes | None,
+    ) -> None:
+        raise error  # a frame hyperframe refused: the error it stands for
+
+    def _on_ping(
+        self, sid: int, flags: Flags, length: int, frame: PingFrame, raw: bytes | None
+    ) -> None:
         if "ACK" not in flags:
             self._pings.hit()
             self._pong(self.writer.pong(frame.opaque_data))
@@ -423,7 +446,9 @@ class _Endpoint(_FlowControl, asyncio.BufferedProtocol):
         elif len(late) == MAX_LATE and not self._out:
             self._dirty.append(self)  # written out at the end of this read
 
-    def _on_goaway(self, sid: int, flags: Flags, length: int, frame: GoAwayFrame) -> None:
+    def _on_goaway(
+        self, sid: int, flags: Flags, length: int, frame: GoAwayFrame, raw: bytes | None
+    ) -> None:
         self._peer_going_away(
             frame.last_stream_id & 0x7FFFFFFF, frame.error_code, frame.additional_data
         )

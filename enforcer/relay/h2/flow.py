@@ -86,7 +86,12 @@ class _FlowControl:
                 self._drain(h)
 
     def _on_window_update(
-        self, sid: int, flags: frozenset[str], length: int, frame: WindowUpdateFrame
+        self,
+        sid: int,
+        flags: frozenset[str],
+        length: int,
+        frame: WindowUpdateFrame,
+        raw: bytes | None,
     ) -> None:
         increment = frame.window_increment
         if not sid:
