@@ -224,8 +224,9 @@ class FrameReader:
             view = bytes(buf)
             buf.clear()
         else:
-            # One copy of what was read: slicing bytes is one step a frame, where slicing
-            # the transport's (reused) buffer would be a view and then a copy.
+            # What was read as bytes (not copied: the transport hands over a bytes object of
+            # its own), since slicing bytes is one step a frame, where slicing a view of a
+            # buffer is a view and then a copy.
             view = bytes(data)
         frames: list[Received] = []
         pos = 0
