@@ -239,9 +239,9 @@ def test_shared_header_lists_keep_their_encoding_and_size() -> None:
     assert hpack.Decoder().decode(encoded, raw=True) == headers
 
 
-def test_shared_header_lists_keep_their_path_and_status_per_block() -> None:
-    """What a memoized list keeps (its :path, the status it stands for) is read from that
-    list: another block gets its own, and a plain list is read every time."""
+def test_shared_header_lists_keep_their_method_and_status_per_block() -> None:
+    """What a memoized list keeps (its :path as the method, the status it stands for) is
+    read from that list: another block gets its own, and a plain list is read every time."""
     encoder = hpack.Encoder()
     decoder = HeaderDecoder()
     ok = [(b"grpc-status", b"0"), (b"grpc-message", b"")]
@@ -253,7 +253,7 @@ def test_shared_header_lists_keep_their_path_and_status_per_block() -> None:
     assert all(isinstance(h, SharedHeaders) for h in shared)
     assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]
     assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]  # kept
-    assert [h.path for h in shared] == [None, None, b"/runtime.v1.RuntimeService/Version"]
+    assert [h.method for h in shared] == [None, None, "/runtime.v1.RuntimeService/Version"]
     plain = [(b"grpc-status", b"7")]
     assert _final_status(plain) == 7
     plain[0] = (b"grpc-status", b"9")

@@ -96,12 +96,12 @@ class _Downstream(_Endpoint):
             self.emit(rst_stream_frame(sid, ErrorCode.REFUSED_STREAM))
             return
         if type(headers) is SharedHeaders:
-            path = headers.path
+            method = headers.method
         else:
             path = next((value for name, value in headers if name == b":path"), None)
-        if path is None:
+            method = path.decode("latin-1") if path is not None else None
+        if method is None:
             raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "request without :path")
-        method = path.decode("latin-1")
         stream = _Stream(self.relay, method)
         if self.observer is not None:
             stream.started = time.monotonic()
@@ -172,7 +172,8 @@ class _Downstream(_Endpoint):
         )
 
     def forget(self, h: _Half) -> None:
-        h.stream.release_held()
+        if h.stream.held:
+            h.stream.release_held()
         super().forget(h)
 
     def _stream_closed(self) -> None:
