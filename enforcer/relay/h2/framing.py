@@ -236,7 +236,8 @@ class FrameReader:
         memo = self._memo
         memo0 = self._memo0
         unpack = _READ_HEADER.unpack_from
-        while end - pos >= 9:
+        last = end - 9  # where the last whole frame header may start
+        while pos <= last:
             high, low, kind, field = unpack(view, pos)
             length = (high << 8) + low
             if length > limit:
