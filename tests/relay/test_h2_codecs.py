@@ -25,6 +25,7 @@ from enforcer.relay.h2.framing import (
     Received,
     StreamError,
 )
+from enforcer.relay.h2.grpc_wire import _final_status, _read_status
 from enforcer.relay.h2.header_codec import (
     HeaderBlockError,
     HeaderDecoder,
@@ -238,6 +239,27 @@ def test_shared_header_lists_keep_their_encoding_and_size() -> None:
     assert hpack.Decoder().decode(encoded, raw=True) == headers
 
 
+def test_shared_header_lists_keep_their_method_and_status_per_block() -> None:
+    """What a memoized list keeps (its :path as the method, the status it stands for) is
+    read from that list: another block gets its own, and a plain list is read every time."""
+    encoder = hpack.Encoder()
+    decoder = HeaderDecoder()
+    ok = [(b"grpc-status", b"0"), (b"grpc-message", b"")]
+    failed = [(b"grpc-status", b"5"), (b"grpc-message", b"gone")]
+    request = [(b":method", b"POST"), (b":path", b"/runtime.v1.RuntimeService/Version")]
+    for headers in (ok, failed, request):
+        decoder.decode(encoder.encode(headers))  # indexes the fields
+    shared = [decoder.decode(encoder.encode(h)) for h in (ok, failed, request)]
+    assert all(isinstance(h, SharedHeaders) for h in shared)
+    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]
+    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]  # kept
+    assert [h.method for h in shared] == [None, None, "/runtime.v1.RuntimeService/Version"]
+    plain = [(b"grpc-status", b"7")]
+    assert _final_status(plain) == 7
+    plain[0] = (b"grpc-status", b"9")
+    assert _final_status(plain) == 9
+
+
 def test_decoder_memo_is_bounded_in_bytes() -> None:
     encoder = hpack.Encoder()
     decoder = HeaderDecoder()
@@ -262,10 +284,11 @@ def test_the_frame_header_layout_reads_as_hyperframe_reads_it(
 ) -> None:
     from hyperframe.frame import Frame
 
-    from enforcer.relay.h2.framing import _HEADER
+    from enforcer.relay.h2.framing import _HEADER, _READ_HEADER
 
     header = length.to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big")
     high, low, got_kind, got_flags, got_sid = _HEADER.unpack(header)
+    assert _READ_HEADER.unpack(header) == (high, low, (got_kind << 8) | got_flags, got_sid)
     try:
         frame, frame_length = Frame.parse_frame_header(memoryview(header))
     except Exception:  # a stream id the type does not allow: the layout is what is compared

@@ -86,13 +86,20 @@ class _FlowControl:
                 self._drain(h)
 
     def _on_window_update(
-        self, sid: int, flags: frozenset[str], length: int, frame: WindowUpdateFrame
+        self,
+        sid: int,
+        flags: frozenset[str],
+        length: int,
+        frame: WindowUpdateFrame,
+        raw: bytes | None,
     ) -> None:
         increment = frame.window_increment
         if not sid:
-            self.send_window += increment
-            if self.send_window > MAX_WINDOW:
+            window = self.send_window = self.send_window + increment
+            if window > MAX_WINDOW:
                 raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+            if not self._blocked:
+                return
             for blocked in list(self._blocked):
                 if self.send_window <= 0:
                     break

@@ -143,7 +143,7 @@ def _refused(
 # that may be passed on exactly as it came (no padding, no flags but END_STREAM, reserved bit
 # clear), the frame's bytes; None otherwise.
 Received = tuple[int, int, frozenset[str], int, Any, bytes | None]
-REFUSED = -1
+REFUSED = 0x100  # no frame type: a type is one byte
 _NO_FLAGS: frozenset[str] = frozenset()
 
 _parse_header = Frame.parse_frame_header
@@ -152,6 +152,8 @@ _parse_header = Frame.parse_frame_header
 # that both read every header alike).
 _HEADER = struct.Struct(">HBBBL")
 _pack = _HEADER.pack
+# The same header as the reader takes it: type and flags as one 16-bit key (type << 8 | flags).
+_READ_HEADER = struct.Struct(">HBHL")
 # Frames whose payload is passed on as is: without PADDED or PRIORITY, hyperframe's
 # ``parse_body`` for them is a copy of the payload and nothing else.
 _PAYLOAD_TYPES = frozenset((DATA, HEADERS, CONTINUATION))
@@ -222,8 +224,9 @@ class FrameReader:
             view = bytes(buf)
             buf.clear()
         else:
-            # One copy of what was read: slicing bytes is one step a frame, where slicing
-            # the transport's (reused) buffer would be a view and then a copy.
+            # What was read as bytes (not copied: the transport hands over a bytes object of
+            # its own), since slicing bytes is one step a frame, where slicing a view of a
+            # buffer is a view and then a copy.
             view = bytes(data)
         frames: list[Received] = []
         pos = 0
@@ -232,11 +235,11 @@ class FrameReader:
         verdicts = _VERDICTS
         memo = self._memo
         memo0 = self._memo0
-        unpack = _HEADER.unpack_from
-        while end - pos >= 9:
-            high, low, ftype, fbits, field = unpack(view, pos)
+        unpack = _READ_HEADER.unpack_from
+        last = end - 9  # where the last whole frame header may start
+        while pos <= last:
+            high, low, kind, field = unpack(view, pos)
             length = (high << 8) + low
-            sid = field & 0x7FFFFFFF
             if length > limit:
                 self.broken = True
                 error = ConnectionError_(
@@ -248,14 +251,18 @@ class FrameReader:
             if stop > end:
                 self._need = 9 + length
                 break
-            if sid and (flags := verdicts.get((ftype << 8) | fbits)) is not None:
-                if not ftype and fbits <= 1 and field == sid:  # DATA that may pass as it is
+            sid = field & 0x7FFFFFFF
+            if sid and (flags := verdicts.get(kind)) is not None:
+                if kind <= 1 and field == sid:  # DATA that may pass as it is
                     raw = view[pos:stop]
-                    frames.append((DATA, sid, flags, length, memoryview(raw)[9:], raw))
+                    # (a short payload is cheaper copied than viewed)
+                    body = view[pos + 9 : stop] if length <= 512 else memoryview(raw)[9:]
+                    frames.append((DATA, sid, flags, length, body, raw))
                 else:
-                    frames.append((ftype, sid, flags, length, view[pos + 9 : stop], None))
+                    frames.append((kind >> 8, sid, flags, length, view[pos + 9 : stop], None))
                 pos = stop
                 continue
+            ftype = kind >> 8
             if length <= _MEMO_MAX_BODY and ftype not in _PAYLOAD_TYPES:  # seen before?
                 if not field:
                     got = memo0.get(view[pos:stop])
@@ -268,7 +275,7 @@ class FrameReader:
                     frames.append((ftype, sid, seen[2], length, seen[sid != 0], None))
                     pos = stop
                     continue
-            got = self._parse(view, pos, stop, ftype, fbits, sid, length)
+            got = self._parse(view, pos, stop, ftype, kind & 0xFF, sid, length)
             pos = stop
             if got is None:
                 continue

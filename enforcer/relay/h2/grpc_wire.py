@@ -13,7 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 import grpc
 
-from enforcer.relay.h2.header_codec import HeaderList
+from enforcer.relay.h2.header_codec import HeaderList, SharedHeaders
 from enforcer.relay.h2.intercept import Response
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
@@ -73,6 +73,15 @@ def _status_headers(code: int, message: str, with_status: bool) -> HeaderList:
 
 def _final_status(headers: HeaderList) -> int:
     """The gRPC status a block that ends a response stands for, as a gRPC client reads it."""
+    if type(headers) is SharedHeaders:  # never changed: read once
+        status = headers.status
+        if status is None:
+            status = headers.status = _read_status(headers)
+        return status
+    return _read_status(headers)
+
+
+def _read_status(headers: HeaderList) -> int:
     http = b""
     for name, value in headers:
         if name == b"grpc-status":

@@ -54,14 +54,20 @@ _MEMO_MAX_BYTES = 64 << 10
 
 class SharedHeaders(list[tuple[bytes, bytes]]):
     """A decoded header list the decoder hands out again for the same block. Never changed:
-    it carries its size (RFC 9113 6.5.2) and, once a ``HeaderEncoder`` made it, its block."""
+    it carries its size (RFC 9113 6.5.2) and, once a ``HeaderEncoder`` made it, its block;
+    its first ``:path`` as text (latin-1, the call's method), and once read, the gRPC status
+    it stands for as a response's last block (``grpc_wire._final_status``): each is read
+    once per list."""
 
-    __slots__ = ("encoded", "size")
+    __slots__ = ("encoded", "method", "size", "status")
 
     def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         super().__init__(headers)
         self.size = sum(len(name) + len(value) + 32 for name, value in self)
         self.encoded: bytes | None = None
+        path = next((value for name, value in self if name == b":path"), None)
+        self.method = path.decode("latin-1") if path is not None else None
+        self.status: int | None = None
 
 
 class HeaderBlockError(Exception):

@@ -25,8 +25,6 @@ from enforcer.relay.h2.streams import _Stream
 
 log = logging.getLogger(__name__)
 
-READ_BUFFER = 256 << 10
-
 
 class RelayServer:
     """The relay's listening socket and its connections."""
@@ -55,7 +53,6 @@ class RelayServer:
         self._late: dict[_FlowControl, None] = {}
         self._late_timer: asyncio.TimerHandle | None = None
         self.held = 0  # bytes all calls hold in the relay (streams.MAX_HELD_TOTAL)
-        self._read_view = memoryview(bytearray(READ_BUFFER))
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
         self._socket_inode = -1
