@@ -13,9 +13,8 @@ from h2peer import Peer, Server, grpc_message, request_headers
 from relay_harness import FakeUpstream, RelayThread
 
 from enforcer.relay.h2 import Call, Forward, Refuse
-from enforcer.relay.h2.connection import PONG_DELAY, _Endpoint
-from enforcer.relay.h2.downstream import _Downstream
-from enforcer.relay.h2.flow import STREAM_WINDOW, _FlowControl
+from enforcer.relay.h2.connection import PONG_DELAY
+from enforcer.relay.h2.flow import STREAM_WINDOW
 from enforcer.relay.h2.framing import ErrorCode, Setting
 from enforcer.relay.h2.grpc_wire import (
     format_grpc_timeout,
@@ -23,7 +22,6 @@ from enforcer.relay.h2.grpc_wire import (
     percent_decode,
     percent_encode,
 )
-from enforcer.relay.h2.upstream import _Upstream
 from tests.relay import h2wire as fr
 
 ECHO = "/test.Svc/Echo"
@@ -53,20 +51,6 @@ def assert_connection_usable(relay: RelayThread) -> None:
 
 
 # --------------------------------------------------------------------------- connection basics
-
-
-def test_each_kind_of_connection_runs_its_own_copy_of_the_shared_methods() -> None:
-    """The downstream and upstream connections each run a copy of the methods they share
-    (the same code, a code object each, so CPython's caches see one class); their own
-    overrides are untouched."""
-    for name in ("data_received", "_on_data", "_on_headers", "send_data", "write_out", "emit"):
-        shared = vars(_Endpoint).get(name) or vars(_FlowControl)[name]
-        down, up = getattr(_Downstream, name), getattr(_Upstream, name)
-        assert len({id(shared.__code__), id(down.__code__), id(up.__code__)}) == 3, name
-        assert shared.__code__.co_code == down.__code__.co_code == up.__code__.co_code
-        assert down.__qualname__ == up.__qualname__ == shared.__qualname__
-    assert _Downstream.forget is vars(_Downstream)["forget"]
-    assert _Upstream.close is vars(_Upstream)["close"]
 
 
 def test_preface_settings_and_ping(client: Callable[..., Peer]) -> None:

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from enforcer.relay.h2.flow import (
@@ -105,23 +104,6 @@ class _Flood:
             self.count = 0
 
 
-def _own_copy(function: FunctionType) -> FunctionType:
-    """``function`` with a code object of its own (its own specialization caches)."""
-    copy = FunctionType(
-        function.__code__.replace(),
-        function.__globals__,
-        function.__name__,
-        function.__defaults__,
-        function.__closure__,
-    )
-    copy.__kwdefaults__ = function.__kwdefaults__
-    copy.__qualname__ = function.__qualname__
-    copy.__doc__ = function.__doc__
-    copy.__dict__.update(function.__dict__)
-    copy.__annotations__ = function.__annotations__
-    return copy
-
-
 class _Endpoint(_FlowControl, asyncio.Protocol):
     """One HTTP/2 connection: framing, SETTINGS, PING, header blocks; flow control from
     ``_FlowControl``.
@@ -138,28 +120,6 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
     """
 
     role = "endpoint"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give each kind of connection its own copy of the shared methods' code.
-
-        CPython (3.11+) specializes each attribute access and method call in a code object
-        for the one class it sees there; a site that sees a downstream and an upstream
-        connection in turn, as every call through the relay makes it, falls back to the
-        generic lookup each time (twice the cost, measured). A copy of the code per class
-        keeps each site on one class. The copies are the same functions: same code, globals,
-        defaults and closure (``super()`` included).
-        """
-        super().__init_subclass__(**kwargs)
-        if _Endpoint not in cls.__bases__:
-            return
-        for base in (_Endpoint, _FlowControl):
-            for name, value in vars(base).items():
-                if (
-                    isinstance(value, FunctionType)
-                    and name not in vars(cls)
-                    and not name.startswith("__")
-                ):
-                    setattr(cls, name, _own_copy(value))
 
     def __init__(self, relay: RelayServer) -> None:
         self.relay = relay
