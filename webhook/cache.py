@@ -14,7 +14,6 @@ that would only push them out.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from collections import OrderedDict
@@ -91,8 +90,10 @@ class ByteLRU:
         found = self._entries.get(key)
         if found is None:
             return None
-        with contextlib.suppress(KeyError):
+        try:
             self._entries.move_to_end(key)
+        except KeyError:  # evicted by another thread since
+            pass
         return found[0]
 
     def put(self, key: Hashable, value: Any, size: int) -> None:
