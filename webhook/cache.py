@@ -86,11 +86,12 @@ class ByteLRU:
         """The value kept for `key` (now the most recently used), or None."""
         # No lock: each of these two steps is atomic under the GIL (a free-threaded Python
         # needs the lock here), and an entry evicted between them by another thread was found
-        # all the same.
+        # all the same. try/except rather than contextlib.suppress: a context manager made
+        # for every lookup cost ~0.5 us, and every review does two.
         found = self._entries.get(key)
         if found is None:
             return None
-        try:
+        try:  # noqa: SIM105
             self._entries.move_to_end(key)
         except KeyError:  # evicted by another thread since
             pass

@@ -210,48 +210,63 @@ class Mutator:
         numbers = False  # a quantity given as a JSON number: its text is written instead
         bad: Denial | None = None
         known = PARSED
-        # Each container's entry, init containers first: its requests and limits as the pod
-        # gives them (the decoded maps), its classes once the QoS class is known.
+        # Each container's entry, by name in its group's map (a later container of the same
+        # name takes the earlier one's place, as a dict does): its requests and limits as the
+        # pod gives them (the decoded maps), its classes once the QoS class is known.
+        init_out: dict[str, dict[str, Any]] = {}
+        containers_out: dict[str, dict[str, Any]] = {}
+        init_entries: list[dict[str, Any]] = []
         entries: list[dict[str, Any]] = []
-        for field, group in (("initContainers", init), ("containers", containers)):
+        names: list[str] = []
+        entry: dict[str, Any]
+        for field, group, out, listed in (
+            ("initContainers", init, init_out, init_entries),
+            ("containers", containers, containers_out, entries),
+        ):
             for c in group:
+                name = c.name
+                names.append(name)
                 resources = c.resources
                 if resources is None:
                     guaranteed = False
-                    entries.append({"requests": {}, "limits": {}})
+                    out[name] = entry = {"requests": {}, "limits": {}}
+                    listed.append(entry)
                     continue
                 cpu = memory = limit_cpu = limit_memory = _ZERO
                 part = "requests"
                 try:
                     requests = resources.requests
                     if requests:
-                        for name, quantity in requests.items():
+                        for key, quantity in requests.items():
                             parsed = known.get(quantity)
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
-                            if name == "cpu":
+                            if key == "cpu":
                                 cpu = parsed
-                            elif name == "memory":
+                            elif key == "memory":
                                 memory = parsed
                     part = "limits"
                     limits = resources.limits
                     if limits:
-                        for name, quantity in limits.items():
+                        for key, quantity in limits.items():
                             parsed = known.get(quantity)
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
-                            if name == "cpu":
+                            if key == "cpu":
                                 limit_cpu = parsed
-                            elif name == "memory":
+                            elif key == "memory":
                                 limit_memory = parsed
                 except (ValueError, ArithmeticError, TypeError):
-                    bad = quantity_denial(field, c.name, part, name, quantity)
+                    bad = quantity_denial(field, name, part, key, quantity)
                     break
-                entries.append({"requests": requests or {}, "limits": limits or {}})
+                out[name] = entry = {"requests": requests or {}, "limits": limits or {}}
+                listed.append(entry)
                 zero = _ZERO
-                if cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero:
+                if not positive and (
+                    cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero
+                ):
                     positive = True
                 if guaranteed and not (
                     limit_cpu > zero
@@ -262,30 +277,27 @@ class Mutator:
                     guaranteed = False
             if bad is not None:
                 break
-        names = [c.name for c in init]
-        names += [c.name for c in containers]
         if bad is not None:
             # The annotations are checked first: their refusal comes before the quantity's.
+            names = [c.name for c in (*init, *containers)]
             check_annotations(dict(pairs), namespace, names, self.policy)
             raise bad
         qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
-        key = (pairs, namespace, len(init), tuple(names), qos)
-        classes: _Classes | None = self.parts.get(key)
+        memo_key = (pairs, namespace, len(init), tuple(names), qos)
+        classes: _Classes | None = self.parts.get(memo_key)
         if classes is None:
             classes = self._classes(pairs, namespace, names, len(init), qos)
-            self.parts.put(key, classes, deep_size(key) + deep_size(classes))
-        if numbers:
-            for entry in entries:
+            self.parts.put(memo_key, classes, deep_size(memo_key) + deep_size(classes))
+        # The containers' classes come first in `classes`, the init containers' after.
+        if init_entries:
+            entries += init_entries
+        for entry, found in zip(entries, classes, strict=True):
+            if found is not None:
+                entry["classes"] = found
+            if numbers:
                 entry["requests"] = {k: quantity_text(v) for k, v in entry["requests"].items()}
                 entry["limits"] = {k: quantity_text(v) for k, v in entry["limits"].items()}
-        # The containers' classes come first in `classes`, the init containers' after.
-        n = len(containers)
-        return annotation_json(
-            {
-                "containers": _named(containers, entries[len(init) :], classes[:n]),
-                "initContainers": _named(init, entries, classes[n:]),
-            }
-        )
+        return annotation_json({"containers": containers_out, "initContainers": init_out})
 
     def _classes(
         self, pairs: Pairs, namespace: str, names: list[str], init: int, qos: str
@@ -299,16 +311,6 @@ class Mutator:
             container_classes(annotations, name, qos=qos, namespace=namespace, policy=policy)
             for name in (*names[init:], *names[:init])
         )
-
-
-def _named(group: Any, entries: list[dict[str, Any]], classes: _Classes) -> dict[str, Any]:
-    """The group's entries by container name, each with its classes when it has some."""
-    out: dict[str, Any] = {}
-    for c, entry, found in zip(group, entries, classes, strict=False):  # entries may run on
-        if found is not None:
-            entry["classes"] = found
-        out[c.name] = entry
-    return out
 
 
 def mutate_pod(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> Mutation:
