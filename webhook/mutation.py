@@ -18,7 +18,7 @@ import sys
 from binascii import b2a_base64
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -83,7 +83,7 @@ def annotation_json(value: dict[str, Any]) -> str:
     whenever msgspec's is ASCII without DEL (json.dumps escapes those; msgspec writes UTF-8
     and DEL as they are), else json.dumps's."""
     raw = msgspec.json.encode(value)
-    if raw.isascii() and b"\x7f" not in raw:
+    if raw.isascii() and 127 not in raw:  # an int: memchr, a tenth of a one-byte bytes' search
         return raw.decode("ascii")
     return compact_json(value)
 
@@ -116,7 +116,10 @@ def encode_patch(shape: str, value: str) -> bytes:
 _KEY = msgspec.json.Encoder()
 
 
-class Mutation(NamedTuple):
+class Mutation(msgspec.Struct, frozen=True, gc=False):
+    """What `Mutator` answers for a pod (a Struct: made in C, a third of a NamedTuple's
+    cost)."""
+
     annotation: str  # the annotation's value, compact JSON
     patch_b64: bytes | None  # the patch as the AdmissionReview carries it; None: no patch
     replaced: str | None  # a different value the pod's author had written, now overwritten
@@ -173,10 +176,14 @@ class Mutator:
             shape = NO_METADATA
         else:
             shape = SET if annotations is not None else NO_ANNOTATIONS
-        keys = _REQUEST_KEYS
-        pairs: Pairs = (
-            tuple([(k, v) for k, v in annotations.items() if keys[k]]) if annotations else ()
-        )
+        pairs: Pairs = ()
+        if annotations:
+            keys = _REQUEST_KEYS
+            picked = []  # a loop, not a comprehension: that is one more call on Python 3.11
+            for item in annotations.items():
+                if keys[item[0]]:
+                    picked.append(item)
+            pairs = tuple(picked)
         spec = pod.spec
         # What the annotation depends on (the namespace, the request annotations, the
         # containers' names and resources) and where it goes, as one JSON text: cheap to make,
@@ -291,7 +298,7 @@ class Mutator:
         # The containers' classes come first in `classes`, the init containers' after.
         if init_entries:
             entries += init_entries
-        for entry, found in zip(entries, classes, strict=True):
+        for entry, found in zip(entries, classes):  # noqa: B905 (as long; strict= costs ~0.5 us)
             if found is not None:
                 entry["classes"] = found
             if numbers:
