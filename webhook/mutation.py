@@ -189,14 +189,16 @@ class Mutator:
         # containers' names and resources) and where it goes, as one JSON text: cheap to make,
         # hash and size, and equal for the replicas of a Deployment.
         key = _KEY.encode((namespace, shape, pairs, spec))
-        found: tuple[str, bytes] | None = self.cache.get(key)
+        # Kept from the second time on: a pod seen once (most are, in a cluster without
+        # replicas) would only push out the Deployments' pods. So only a key seen before can
+        # be in the cache (or one whose sighting has faded: computed again, the same).
+        seen = self.seen.check_and_mark(hash(key))
+        found: tuple[str, bytes] | None = self.cache.get(key) if seen else None
         if found is None:
             # A Denial raised by the computation propagates and nothing is kept.
             value = self.annotation(spec, pairs, namespace)
             found = (value, encode_patch(shape, value))
-            # Kept from the second time on: a pod seen once (most are, in a cluster without
-            # replicas) would only push out the Deployments' pods.
-            if self.seen.check_and_mark(hash(key)):
+            if seen:
                 size = sys.getsizeof
                 self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
         value, encoded = found
