@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any, get_args
 
@@ -274,10 +273,10 @@ def response(
     if allowed and code is None and not warnings and api_version in _HEADS:
         # The answer to nearly every review, put together from bytes: json.dumps over the
         # nested dict costs more than everything else in the answer.
-        head = _HEADS[api_version] + encode_basestring_ascii(uid).encode()
+        head, quoted = _HEADS[api_version], encode_basestring_ascii(uid).encode()
         if patch_b64:
-            return head + _PATCHED + patch_b64 + b'"}}'
-        return head + b',"allowed":true}}'
+            return b"".join((head, quoted, _PATCHED, patch_b64, b'"}}'))  # one copy
+        return head + quoted + b',"allowed":true}}'
     answer: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if patch_b64:
         answer["patchType"] = "JSONPatch"
@@ -296,9 +295,9 @@ def response(
     return json.dumps(review, separators=(",", ":")).encode()
 
 
-@dataclass(slots=True)
-class Result:
-    """What the HTTP layer sends, and what it logs and counts."""
+class Result(msgspec.Struct):
+    """What the HTTP layer sends, and what it logs and counts (a Struct: made in C, about a
+    third of what a dataclass's `__init__` costs)."""
 
     status: int
     body: bytes
@@ -343,21 +342,19 @@ def review(body: bytes, mutator: Mutator) -> Result:
     except Exception as exc:  # a body that could not even be read; still the client's
         return bad_request(f"body: cannot be read as an AdmissionReview: {exc}")
     api_version, request = parsed.apiVersion, parsed.request
-    uid = request.uid
-    result = Result(200, b"", "ignored", uid=uid, operation=request.operation)
-    result.namespace = request.namespace
+    uid, operation = request.uid, request.operation
     if not _ours(request):
         # Other kinds, subresources, DELETE, CONNECT: allowed unchanged.
-        result.body = response(api_version, uid)
-        return result
+        body = response(api_version, uid)
+        return Result(200, body, "ignored", None, None, uid, operation, request.namespace)
     pod = request.object
     if pod is None:
         return bad_request("request.object: must be an object (the pod)")
     metadata = pod.metadata or _NO_METADATA
-    result.pod = _pod_name(request, metadata)
     namespace = request.namespace or metadata.namespace or "default"
-    result.namespace = namespace
-    if request.operation == "UPDATE" and metadata.deletionTimestamp:
+    result = Result(200, b"", "ignored", None, None, uid, operation, namespace)
+    result.pod = _pod_name(request, metadata)
+    if operation == "UPDATE" and metadata.deletionTimestamp:
         # A pod on its way out (finalizers being removed): never hold it up.
         result.body = response(api_version, uid)
         return result

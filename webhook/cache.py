@@ -14,7 +14,6 @@ that would only push them out.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from collections import OrderedDict
@@ -87,12 +86,15 @@ class ByteLRU:
         """The value kept for `key` (now the most recently used), or None."""
         # No lock: each of these two steps is atomic under the GIL (a free-threaded Python
         # needs the lock here), and an entry evicted between them by another thread was found
-        # all the same.
+        # all the same. try/except rather than contextlib.suppress: a context manager made
+        # for every lookup cost ~0.5 us, and every review does two.
         found = self._entries.get(key)
         if found is None:
             return None
-        with contextlib.suppress(KeyError):
+        try:  # noqa: SIM105
             self._entries.move_to_end(key)
+        except KeyError:  # evicted by another thread since
+            pass
         return found[0]
 
     def put(self, key: Hashable, value: Any, size: int) -> None:
