@@ -97,13 +97,17 @@ def test_a_pods_entry_is_charged_what_its_key_and_value_take() -> None:
 
 def test_a_pod_is_kept_from_its_second_review_on() -> None:
     mutator = Mutator(Policy())
-    pods = [pod([container("app", {"memory": f"{i}Mi"})]) for i in range(1, 200)]
+    # The seen-before table forgets a key whose slot a later key took (by design: it is a
+    # hint). With 60 keys in 4 Mi slots that happens once in ~2,400 runs (the default 256 Ki
+    # slots and 199 keys made this test fail for about one hash seed in 60).
+    mutator.seen = SeenBefore(slots=1 << 22)
+    pods = [pod([container("app", {"memory": f"{i}Mi"})]) for i in range(1, 61)]
     for p in pods:
         mutator.mutate(p, "shop")
     assert len(mutator.cache) == 0  # all different: nothing kept
-    for p in pods[:50]:
+    for p in pods[:30]:
         mutator.mutate(p, "shop")
-    assert len(mutator.cache) == 50
+    assert len(mutator.cache) == 30
     hits = mutator.cache.get
     calls = []
     mutator.cache.get = lambda key: calls.append(hits(key)) or calls[-1]  # type: ignore[method-assign]
