@@ -44,34 +44,42 @@ def _missing(name: str) -> Goal:
 def webhook_goals(report: dict[str, Any] | None) -> list[Goal]:
     throughput = "webhook throughput >= 1.0 x Go, one core, a distinct pod a request"
     latency = "webhook p99 <= 10 ms at 200 reviews/s"
-    if report is None or report.get("same_pod") or "go_throughput_ratio" not in report["summary"]:
-        return [_missing(throughput), _missing(latency)]
-    summary = report["summary"]
-    ratio = summary["go_throughput_ratio"]
-    cpu = " / ".join(str(summary[s]["cpu_us_per_request"]) for s in ("webhook", "go", "bare"))
-    p99 = summary["webhook"]["p99_ms_at_200_rps"]
-    return [
-        Goal(throughput, f"{ratio} x (CPU per review, ours / Go / bare app: {cpu} us)", ratio >= 1),
-        Goal(latency, f"{p99} ms", p99 <= 10),
-    ]
+    summary = {} if report is None or report.get("same_pod") else report["summary"]
+    goals = []
+    ratio = summary.get("go_throughput_ratio")
+    if ratio is None:  # no Go, or no run
+        goals.append(_missing(throughput))
+    else:
+        cpu = " / ".join(str(summary[s]["cpu_us_per_request"]) for s in ("webhook", "go", "bare"))
+        goals.append(
+            Goal(
+                throughput,
+                f"{ratio} x (CPU per review, ours / Go / bare app: {cpu} us)",
+                ratio >= 1,
+            )
+        )
+    p99 = summary.get("webhook", {}).get("p99_ms_at_200_rps")
+    # Another --rate writes its own key: only the issue's 200 reviews/s counts.
+    goals.append(_missing(latency) if p99 is None else Goal(latency, f"{p99} ms", p99 <= 10))
+    return goals
 
 
-def relay_goals(report: dict[str, Any] | None) -> list[Goal]:
+def relay_goals(report: dict[str, Any] | None, creates: dict[str, Any] | None = None) -> list[Goal]:
+    """From `python -m bench relay`'s results, and `--create-only`'s (`creates`) for the
+    CreateContainer figure when the whole run did not measure it."""
     passthrough = "relay p50 <= 1.6 x direct, Go client, 1 at a time"
     proxy = "relay p50 below the grpc-go proxy's"
     create = "CreateContainer added p99 <= 3 ms, durable state"
-    if report is None:
-        return [_missing(passthrough), _missing(proxy), _missing(create)]
     goals = []
-    rows = [report["go_client"].get(f"{case} x1 deadline 2m") for case in RELAY_CASES]
+    rows = [(report or {}).get("go_client", {}).get(f"{c} x1 deadline 2m") for c in RELAY_CASES]
     if not all(rows):
         goals += [_missing(passthrough), _missing(proxy)]
     else:
-        ratios = [row["relay_p50_ratio"] for row in rows]  # type: ignore[index]
+        ratios = [row["relay_p50_ratio"] for row in rows]
         floor = [
-            f"{side} {' / '.join(str(row.get(f'{side}_p50_ratio')) for row in rows)}"  # type: ignore[union-attr]
+            f"{side} {' / '.join(str(row.get(f'{side}_p50_ratio')) for row in rows)}"
             for side in ("Go byte pipe", "Python byte pipe")
-            if f"{side}_p50_ratio" in rows[0]  # type: ignore[operator]
+            if f"{side}_p50_ratio" in rows[0]
         ]
         goals.append(
             Goal(
@@ -82,7 +90,7 @@ def relay_goals(report: dict[str, Any] | None) -> list[Goal]:
                 max(ratios) <= 1.6,
             )
         )
-        proxies = [row["grpc-go proxy_p50_ratio"] for row in rows]  # type: ignore[index]
+        proxies = [row["grpc-go proxy_p50_ratio"] for row in rows]
         goals.append(
             Goal(
                 proxy,
@@ -90,7 +98,14 @@ def relay_goals(report: dict[str, Any] | None) -> list[Goal]:
                 all(r < p for r, p in zip(ratios, proxies, strict=True)),
             )
         )
-    row = report["python_client"].get(CREATE)
+    row = next(
+        (
+            r["python_client"][CREATE]
+            for r in (report, creates)
+            if r and CREATE in r["python_client"]
+        ),
+        None,
+    )
     if row is None:
         goals.append(_missing(create))
     else:
@@ -124,7 +139,7 @@ def policy_goals(report: dict[str, Any] | None) -> list[Goal]:
 def goals(since: float = 0.0) -> list[Goal]:
     return [
         *webhook_goals(_load("webhook.json", since)),
-        *relay_goals(_load("relay.json", since)),
+        *relay_goals(_load("relay.json", since), _load("relay-create.json", since)),
         *policy_goals(_load("policy.json", since)),
     ]
 

@@ -189,16 +189,17 @@ class Mutator:
         # containers' names and resources) and where it goes, as one JSON text: cheap to make,
         # hash and size, and equal for the replicas of a Deployment.
         key = _KEY.encode((namespace, shape, pairs, spec))
-        # Kept from the second time on: a pod seen once (most are, in a cluster without
-        # replicas) would only push out the Deployments' pods. So only a key seen before can
-        # be in the cache (or one whose sighting has faded: computed again, the same).
-        seen = self.seen.check_and_mark(hash(key))
-        found: tuple[str, bytes] | None = self.cache.get(key) if seen else None
+        # The cache is asked first, whatever the seen-before table says: an entry whose
+        # sighting the table has lost (its slot taken by another key, or the table cleared)
+        # is still answered from the cache until the cache drops it.
+        found: tuple[str, bytes] | None = self.cache.get(key)
         if found is None:
-            # A Denial raised by the computation propagates and nothing is kept.
+            # A Denial raised by the computation propagates and nothing is kept or marked.
             value = self.annotation(spec, pairs, namespace)
             found = (value, encode_patch(shape, value))
-            if seen:
+            # Kept from the second time on: a pod seen once (most are, in a cluster without
+            # replicas) would only push out the Deployments' pods.
+            if self.seen.check_and_mark(hash(key)):
                 size = sys.getsizeof
                 self.cache.put(key, found, size(key) + size(found) + size(value) + size(found[1]))
         value, encoded = found

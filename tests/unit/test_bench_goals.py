@@ -99,3 +99,17 @@ def test_results_older_than_the_run_are_not_measured(results: Path) -> None:
 def test_a_same_pod_run_does_not_count_for_the_webhook(results: Path) -> None:
     _write(results, "webhook.json", {**WEBHOOK, "same_pod": True})
     assert [g.met for g in goals.webhook_goals(goals._load("webhook.json", 0))] == [None, None]
+
+
+def test_a_run_at_another_rate_or_without_go_is_not_measured(results: Path) -> None:
+    summary = {k: v for k, v in WEBHOOK["summary"].items() if k != "go_throughput_ratio"}
+    summary["webhook"] = {"cpu_us_per_request": 114.9, "p99_ms_at_100_rps": 1.2}
+    _write(results, "webhook.json", {"same_pod": False, "summary": summary})
+    assert [g.met for g in goals.webhook_goals(goals._load("webhook.json", 0))] == [None, None]
+
+
+def test_creates_measured_alone_count_for_the_create_goal(results: Path) -> None:
+    _write(results, "relay-create.json", relay((1.0, 1.0, 1.0), create_p99=2.5))
+    _write(results, "relay.json", {"go_client": {}, "python_client": {}})
+    verdicts = [g.met for g in goals.goals() if g.name.startswith(("relay", "CreateContainer"))]
+    assert verdicts == [None, None, True]

@@ -8,7 +8,7 @@ import pytest
 from wh_support import BIN, container, pod
 
 from webhook.cache import ByteLRU, SeenBefore, deep_size
-from webhook.mutation import Mutator, Policy
+from webhook.mutation import Mutator, Policy, mutate_pod
 
 
 def test_the_cache_stays_within_its_bytes_and_drops_the_least_recently_used() -> None:
@@ -98,9 +98,9 @@ def test_a_pods_entry_is_charged_what_its_key_and_value_take() -> None:
 def test_a_pod_is_kept_from_its_second_review_on() -> None:
     mutator = Mutator(Policy())
     # The seen-before table forgets a key whose slot a later key took (by design: it is a
-    # hint). With 60 keys in 4 Mi slots that happens once in ~2,400 runs (the default 256 Ki
-    # slots and 199 keys made this test fail for about one hash seed in 60).
-    mutator.seen = SeenBefore(slots=1 << 22)
+    # hint). With 60 keys in 16 Mi slots that happens about once in 10,000 runs (the default
+    # 256 Ki slots and 199 keys made this test fail for about one hash seed in 60).
+    mutator.seen = SeenBefore(slots=1 << 24)
     pods = [pod([container("app", {"memory": f"{i}Mi"})]) for i in range(1, 61)]
     for p in pods:
         mutator.mutate(p, "shop")
@@ -113,6 +113,23 @@ def test_a_pod_is_kept_from_its_second_review_on() -> None:
     mutator.cache.get = lambda key: calls.append(hits(key)) or calls[-1]  # type: ignore[method-assign]
     mutator.mutate(pods[0], "shop")
     assert calls and calls[-1] is not None  # answered from the cache
+
+
+def test_a_kept_pod_is_answered_from_the_cache_after_the_table_forgot_it() -> None:
+    mutator = Mutator(Policy())
+    mutator.seen = SeenBefore(slots=1)  # one slot: every key takes it from the one before
+    computed = []
+    annotation = mutator.annotation
+    mutator.annotation = lambda *a: computed.append(1) or annotation(*a)  # type: ignore[method-assign]
+    a = pod([container("app", {"memory": "1Mi"})])
+    b = pod([container("app", {"memory": "2Mi"})])
+    for p in (a, a, b, b):  # each kept at its second review
+        mutator.mutate(p, "shop")
+    assert len(mutator.cache) == 2 and len(computed) == 4
+    for _ in range(10):  # the table now forgets each as the other comes
+        assert mutator.mutate(a, "shop") == mutate_pod(a, namespace="shop", policy=Policy())
+        mutator.mutate(b, "shop")
+    assert len(computed) == 4  # all twenty answered from the cache
 
 
 def test_seen_before_marks_and_fades() -> None:
