@@ -30,7 +30,7 @@ from enforcer.relay.h2.framing import (
     rst_stream_frame,
 )
 from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
-from enforcer.relay.h2.header_codec import HeaderList, SharedHeaders
+from enforcer.relay.h2.header_codec import HeaderList, SharedHeaders, request_method
 from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _Stream
 from enforcer.relay.h2.upstream import _Upstream
 
@@ -95,11 +95,7 @@ class _Downstream(_Endpoint):
         if self.draining or len(self.streams) >= MAX_CONCURRENT_STREAMS:
             self.emit(rst_stream_frame(sid, ErrorCode.REFUSED_STREAM))
             return
-        if type(headers) is SharedHeaders:
-            method = headers.method
-        else:
-            path = next((value for name, value in headers if name == b":path"), None)
-            method = path.decode("latin-1") if path is not None else None
+        method = headers.method if type(headers) is SharedHeaders else request_method(headers)
         if method is None:
             raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "request without :path")
         stream = _Stream(self.relay, method)

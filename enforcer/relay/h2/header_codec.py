@@ -52,6 +52,12 @@ _MEMO_ENTRIES = 64
 _MEMO_MAX_BYTES = 64 << 10
 
 
+def request_method(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """A request's first ``:path``, as text (latin-1): the gRPC method it calls."""
+    path = next((value for name, value in headers if name == b":path"), None)
+    return path.decode("latin-1") if path is not None else None
+
+
 class SharedHeaders(list[tuple[bytes, bytes]]):
     """A decoded header list the decoder hands out again for the same block. Never changed:
     it carries its size (RFC 9113 6.5.2) and, once a ``HeaderEncoder`` made it, its block;
@@ -65,8 +71,7 @@ class SharedHeaders(list[tuple[bytes, bytes]]):
         super().__init__(headers)
         self.size = sum(len(name) + len(value) + 32 for name, value in self)
         self.encoded: bytes | None = None
-        path = next((value for name, value in self if name == b":path"), None)
-        self.method = path.decode("latin-1") if path is not None else None
+        self.method = request_method(self)
         self.status: int | None = None
 
 
