@@ -298,9 +298,10 @@ class NriPlugin(EngineWorker):
         request = api_pb2.SynchronizeRequest.FromString(payload)
         self.runtime.synchronized(request.pods, request.containers)
         log.info(
-            "synchronizing with %d pods and %d containers",
+            "synchronizing with %d pods and %d containers (%d bytes)",
             len(request.pods),
             len(request.containers),
+            len(payload),
         )
         attempt = asyncio.ensure_future(self.run(self._reconcile))
         finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)
