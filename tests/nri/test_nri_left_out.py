@@ -8,6 +8,7 @@ A containerd of this module's own: the big pods stay on it until the module ends
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from enforcer.topology import CPUSet
 from tests.support.containerd17 import NriContainerd, containerd17_available
 from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.manifests import kustomize
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 
@@ -114,19 +116,75 @@ def test_an_oversized_synchronize_after_a_restart_is_taken_and_exclusivity_holds
         plugin.stop()
 
 
-def liveness_command() -> list[str]:
-    """The DaemonSet's liveness probe of deploy/nri, as rendered by kustomize's patch."""
-    import yaml
+def probe(kind: str, health_file: Path) -> int:
+    """The exit code of deploy/nri's DaemonSet's probe (as kubectl kustomize renders it) run
+    on this test's health file."""
+    overlay = kustomize(Path(__file__).resolve().parents[2] / "deploy" / "nri")
+    (daemonset,) = [d for d in overlay if d["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    command = [
+        a.replace("/tmp/enforcer.health", str(health_file))
+        for a in container[kind]["exec"]["command"]
+    ]
+    if command[0] == "python":  # the image's name for it
+        command[0] = sys.executable
+    return subprocess.run(command, capture_output=True, timeout=30).returncode
 
-    root = Path(__file__).resolve().parents[2]
-    patch = yaml.safe_load((root / "deploy" / "nri" / "daemonset-nri.yaml").read_text())
-    (container,) = patch["spec"]["template"]["spec"]["containers"]
-    return list(container["livenessProbe"]["exec"]["command"])
+
+# NRI's multiplexer caps a frame at 16 MiB, so containerd 1.7 cannot send a Synchronize over
+# about that: 70 pods of 250 KiB of annotations each (a node may hold 110 such legal pods).
+HUGE = {"example.com/blob": "y" * (250 << 10)}
+HUGE_PODS = 70
 
 
-def probe(command: list[str], health_file: Path) -> int:
-    """Runs the probe's command with the pod's health file path replaced by ours."""
-    args = [a.replace("/tmp/enforcer.health", str(health_file)) for a in command]
-    if args[0] == "python":
-        args[0] = "python3"
-    return subprocess.run(args, capture_output=True, timeout=30).returncode
+def test_left_out_by_a_synchronize_the_runtime_cannot_send_it_says_so_and_recovers(
+    ctrd: NriContainerd, tmp_path: Path
+) -> None:
+    plugin = plugin_process(ctrd, tmp_path)
+    health_file = tmp_path / "plugin.health"
+    plugin.start()
+    try:
+        with KubeletEmulator(ctrd.socket, log_root=tmp_path / "pods") as kubelet:
+            wait_for(lambda: health(health_file) == "serving", why=plugin.log_tail)
+            assert probe("livenessProbe", health_file) == 0
+            huge = [
+                kubelet.run_pod_sandbox(manifest(f"huge{i}", namespace=NS, annotations=HUGE))
+                for i in range(HUGE_PODS)
+            ]
+            plugin.kill9()
+            plugin.start(wait=False)
+            # containerd fails to send the Synchronize and keeps the connection open; the
+            # plugin notices, closes it and registers again (and again, with backoff), and
+            # says "not synchronized": the DaemonSet's liveness probe fails, its readiness too.
+            wait_for(
+                lambda: plugin.log_since_start().count("registered with the runtime") >= 2,
+                timeout=90,
+                why=plugin.log_tail,
+            )
+            wait_for(
+                lambda: "failed to synchronize plugin: message too long" in ctrd.log_tail(400),
+                why=lambda: f"{ctrd.log_tail(30)}\n{plugin.log_tail(30)}",
+            )
+            assert "left out by the runtime" in plugin.log_since_start()
+            wait_for(lambda: health(health_file) == "not-synchronized", why=plugin.log_tail)
+            assert probe("livenessProbe", health_file) != 0
+            assert probe("readinessProbe", health_file) != 0
+
+            # The big pods gone, the next registration is synchronized: alive and serving
+            # again without a restart, and new containers are adjusted.
+            for pod in huge:
+                kubelet.remove_pod(pod)
+            wait_for(lambda: health(health_file) == "serving", timeout=90, why=plugin.log_tail)
+            assert probe("livenessProbe", health_file) == 0
+            assert plugin.proc is not None and plugin.proc.poll() is None
+            exclusive = kubelet.run_pod(
+                manifest("excl2", sleeper(resources=guaranteed("1")), namespace=NS)
+            )
+            mine = cpus_of(exclusive)
+            assert len(mine) == 1 and not mine & RESERVED
+            burstable = kubelet.run_pod(
+                manifest("burst2", sleeper(resources={"requests": {"cpu": "100m"}}), namespace=NS)
+            )
+            assert cpus_of(burstable) == ALL - mine
+    finally:
+        plugin.stop()
