@@ -24,7 +24,6 @@ from functools import partial
 from enforcer.app.health import NOT_SYNCHRONIZED, SERVING, STANDBY, HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.run import (
-    Node,
     ignore_late_signals,
     log_stopped,
     metrics_address,
@@ -36,6 +35,7 @@ from enforcer.app.run import (
 )
 from enforcer.app.usage_watch import UsageWatch, topology_writer
 from enforcer.controllers.cpuset import CpusetController
+from enforcer.handover import StateLock
 from enforcer.nri.plugin import NriPlugin
 from enforcer.nri.runtime import NriRuntime, PendingCpusets
 from enforcer.nri.session import Session
@@ -60,17 +60,15 @@ def runtime_applies_rdt(resctrl_root: str) -> bool:
     )
 
 
-async def hold_state_lock(node: Node, stop: asyncio.Event, wait: float) -> bool:
-    """True once this process holds the state folder's lock (at once when it took it at
-    start); False when it was stopped or gave up after ``wait`` seconds, with a log line."""
-    if node.first:
-        return True
-    lock = node.lock
+async def hold_state_lock(lock: StateLock, stop: asyncio.Event, wait: float) -> bool:
+    """Waits, not registered, for the state folder's lock another process holds: True once
+    it is ours; False when stopped, or after ``wait`` seconds (a log line says it gave up)."""
+    folder = lock.path.parent
     log.warning(
         "enforcer pid %s holds the state folder %s: not registering with the runtime until it "
         "is ours (a registered plugin that cannot decide would fail every container)",
         lock.holder(),
-        node.options.state_dir,
+        folder,
     )
     acquiring = asyncio.ensure_future(asyncio.to_thread(lock.acquire))
     stopped = asyncio.ensure_future(stop.wait())
@@ -88,7 +86,7 @@ async def hold_state_lock(node: Node, stop: asyncio.Event, wait: float) -> bool:
             "registering with the runtime (exit %d). Run one plugin per node and state folder.",
             wait,
             lock.holder(),
-            node.options.state_dir,
+            folder,
             EXIT_LOCKED_OUT,
         )
     return False
@@ -109,7 +107,7 @@ async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -
     health = HealthFile(options.health_file)
     if not node.first:
         waiting = asyncio.create_task(health.keep_saying(lambda: STANDBY))
-        held = await hold_state_lock(node, stop, lock_wait)
+        held = await hold_state_lock(lock, stop, lock_wait)
         waiting.cancel()
         if not held:
             health.remove()
