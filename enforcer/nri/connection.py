@@ -54,6 +54,7 @@ UNAVAILABLE = 14
 READ_SIZE = 64 * 1024
 MAX_IN_FLIGHT = 64  # requests of the runtime being handled at once
 MAX_IN_FLIGHT_BYTES = 2 * MAX_REQUEST  # and their bodies together
+LEFT_OUT = "left out by the runtime"  # how a connection closed for that says why
 
 
 class TtrpcError(Exception):
@@ -193,7 +194,7 @@ class NriConnection:
     def _left_out(self, why: str) -> None:
         """The runtime will send this connection nothing more: closed (after the answers
         already written), so that the plugin registers again."""
-        reason = f"left out by the runtime: {why}"
+        reason = f"{LEFT_OUT}: {why}"
         log.error("NRI connection: %s; closing it to register again", reason)
 
         async def close_after_drain() -> None:
@@ -227,8 +228,9 @@ class NriConnection:
             self._respond_error(stream_id, UNKNOWN, f"{name}: {exc}")
             self._failed(name, str(exc))
             return
-        self._respond(stream_id, request_pb2.Response(payload=payload))
-        if name in self.vital:
+        if not self._respond(stream_id, request_pb2.Response(payload=payload)):
+            self._failed(name, "its answer was over the runtime's 4 MiB")
+        elif name in self.vital:
             self._vital_done.add(name)
         await self.drain()
 
@@ -244,9 +246,12 @@ class NriConnection:
         # One write of every frame of the message: no other message interleaves.
         self._writer.write(mux_frames(conn, message))
 
-    def _respond(self, stream_id: int, response: request_pb2.Response) -> None:
+    def _respond(self, stream_id: int, response: request_pb2.Response) -> bool:
+        """Sends the response; False when it was over what the runtime reads and an error
+        status went instead."""
         body = response.SerializeToString()
-        if len(body) > MAX_MESSAGE:
+        fits = len(body) <= MAX_MESSAGE
+        if not fits:
             response = request_pb2.Response(
                 status=request_pb2.Status(
                     code=RESOURCE_EXHAUSTED, message=f"response of {len(body)} bytes too large"
@@ -254,6 +259,7 @@ class NriConnection:
             )
             body = response.SerializeToString()
         self._send(PLUGIN_CONN, ttrpc_message(stream_id, RESPONSE, body))
+        return fits
 
     def _respond_error(self, stream_id: int, code: int, message: str) -> None:
         self._respond(

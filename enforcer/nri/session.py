@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from enforcer.nri.connection import (
+    LEFT_OUT,
     ConnectionClosed,
     Handler,
     NriConnection,
@@ -181,14 +182,13 @@ class Session:
                     self.name,
                     self.sync_seconds,
                 )
-                connection.close(
-                    f"left out by the runtime: no Synchronize within {self.sync_seconds:g}s"
-                )
+                connection.close(f"{LEFT_OUT}: no Synchronize within {self.sync_seconds:g}s")
                 return False
-            if synced not in done:
-                return self.synchronized.is_set()
-            await asyncio.wait([stopped, closed], return_when=asyncio.FIRST_COMPLETED)
-            return True
+            if synced in done:
+                await asyncio.wait([stopped, closed], return_when=asyncio.FIRST_COMPLETED)
+            # Answered, but closed as left out (its answer did not reach the runtime): not
+            # synchronized, so the backoff grows.
+            return self.synchronized.is_set() and not connection.close_reason.startswith(LEFT_OUT)
         finally:
             for task in (stopped, closed, synced):
                 task.cancel()

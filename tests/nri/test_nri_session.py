@@ -189,3 +189,32 @@ def test_an_oversized_request_closes_the_connection_only_before_it_is_synchroniz
 
     assert asyncio.run(exchange(False)) == (RESOURCE_EXHAUSTED, True)
     assert asyncio.run(exchange(True)) == (RESOURCE_EXHAUSTED, False)
+
+
+def test_a_synchronize_answer_over_what_the_runtime_reads_closes_the_connection() -> None:
+    async def too_big(payload: bytes) -> bytes:
+        return b"x" * (5 << 20)  # over ttrpc's 4 MiB: the runtime could not read it
+
+    async def main() -> tuple[int, str]:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        connection = NriConnection(reader, writer, {SYNC: too_big}, vital=[SYNC])
+        connection.start()
+        loop = asyncio.get_running_loop()
+        body = request_pb2.Request(service=PLUGIN_SERVICE, method="Synchronize", payload=b"")
+        sync = ttrpc_message(1, REQUEST, body.SerializeToString())
+        await loop.sock_sendall(theirs, mux_frames(PLUGIN_CONN, sync))
+        mux, stream, answers = MuxReader(), TtrpcReader(), []
+        while not answers:
+            data = await loop.sock_recv(theirs, 65536)
+            assert data
+            for _, payload in mux.feed(data):
+                answers += stream.feed(payload)
+        await asyncio.wait_for(connection.closed.wait(), 10)
+        theirs.close()
+        return request_pb2.Response.FromString(answers[0].body).status.code, connection.close_reason
+
+    code, reason = asyncio.run(main())
+    assert code == RESOURCE_EXHAUSTED
+    assert reason.startswith("left out by the runtime: Synchronize failed")
