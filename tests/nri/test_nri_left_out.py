@@ -7,6 +7,7 @@ A containerd of this module's own: the big pods stay on it until the module ends
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -188,3 +189,20 @@ def test_left_out_by_a_synchronize_the_runtime_cannot_send_it_says_so_and_recove
             assert cpus_of(burstable) == ALL - mine
     finally:
         plugin.stop()
+
+
+@pytest.mark.parametrize(
+    ("word", "alive", "ready"),
+    [("serving", True, True), ("standby", True, False), ("not-synchronized", False, False)],
+)
+def test_the_daemonsets_probes_read_the_health_files_words(
+    word: str, alive: bool, ready: bool, tmp_path: Path
+) -> None:
+    health_file = tmp_path / "health"
+    health_file.write_text(word + "\n")
+    assert (probe("livenessProbe", health_file) == 0) == alive
+    assert (probe("readinessProbe", health_file) == 0) == ready
+    # A file nobody rewrote for over a minute: the process is stuck, whatever it says.
+    old = time.time() - 120
+    os.utime(health_file, (old, old))
+    assert probe("livenessProbe", health_file) != 0
