@@ -1,4 +1,5 @@
-"""The health file the DaemonSet's probes read: "serving" or "standby", kept fresh."""
+"""The health file the DaemonSet's probes read: "serving", "standby" or (NRI)
+"not-synchronized", kept fresh."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from pathlib import Path
 from resource_contract.safe_files import private_dir, write_file
 
 HEALTH_SECONDS = 5.0
+SERVING = "serving"
+STANDBY = "standby"
+# NRI: registered, but the runtime has not synchronized the plugin, so it sends no event (or
+# not even registered): the DaemonSet's liveness probe fails on this word.
+NOT_SYNCHRONIZED = "not-synchronized"
 
 
 class HealthFile:
@@ -26,10 +32,14 @@ class HealthFile:
             write_file(self.path, (word + "\n").encode(), mode=0o644, durable=False)
 
     async def keep(self, in_charge: Callable[[], bool]) -> None:
+        await self.keep_saying(lambda: SERVING if in_charge() else STANDBY)
+
+    async def keep_saying(self, word: Callable[[], str]) -> None:
+        """Rewritten every few seconds with what `word()` says then."""
         if self.path is None:
             return
         while True:
-            self.write("serving" if in_charge() else "standby")
+            self.write(word())
             await asyncio.sleep(HEALTH_SECONDS)
 
     def remove(self) -> None:

@@ -5,7 +5,14 @@ are the ttrpc client), over asyncio.
 Handlers take a request's payload and return the response's payload, or raise `TtrpcError`
 for an error status. A method without a handler is answered UNIMPLEMENTED, as ttrpc does, so
 a newer runtime's extra events cannot break the plugin. Every buffer is bounded: a frame by
-the multiplexer's limit, a message by ttrpc's, the requests in flight by count.
+the multiplexer's limit, a request of the runtime by the most the runtime can send
+(`MAX_REQUEST`), a response to our calls by ttrpc's limit, the requests in flight by count
+and by bytes.
+
+Some requests are vital: when the plugin cannot answer one (the runtime's Configure or
+Synchronize), the runtime leaves the plugin out for good while it keeps the connection open
+(containerd 1.7 logs "failed to synchronize plugin" and sends nothing more). The connection
+then closes itself, so the session registers again.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from functools import partial
 
 from enforcer.nri.frames import (
     MAX_MESSAGE,
+    MAX_REQUEST,
     PLUGIN_CONN,
     REQUEST,
     RESPONSE,
@@ -44,6 +53,8 @@ UNIMPLEMENTED = 12
 UNAVAILABLE = 14
 READ_SIZE = 64 * 1024
 MAX_IN_FLIGHT = 64  # requests of the runtime being handled at once
+MAX_IN_FLIGHT_BYTES = 2 * MAX_REQUEST  # and their bodies together
+LEFT_OUT = "left out by the runtime"  # how a connection closed for that says why
 
 
 class TtrpcError(Exception):
@@ -66,16 +77,22 @@ class NriConnection:
         writer: asyncio.StreamWriter,
         handlers: Mapping[str, Handler],
         *,
-        max_message: int = MAX_MESSAGE,
+        max_request: int = MAX_REQUEST,
+        vital: Collection[str] = (),
     ) -> None:
         self._reader = reader
         self._writer = writer
         self.handlers = dict(handlers)  # "service/method" -> handler
+        # Methods the runtime leaves the plugin out after a failed answer to; once each was
+        # answered OK, an oversized request is only refused, not a reason to go.
+        self.vital = frozenset(vital)
+        self._vital_done: set[str] = set()
         self._mux = MuxReader()
         self._streams = {
-            PLUGIN_CONN: TtrpcReader(max_message),
-            RUNTIME_CONN: TtrpcReader(max_message),
+            PLUGIN_CONN: TtrpcReader(max_request),
+            RUNTIME_CONN: TtrpcReader(MAX_MESSAGE),
         }
+        self._in_flight_bytes = 0
         self._ids = itertools.count(1, 2)  # a client's stream ids are odd
         self._calls: dict[int, asyncio.Future[request_pb2.Response]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -146,22 +163,47 @@ class NriConnection:
             return
         if conn == PLUGIN_CONN and message.kind == REQUEST:
             if message.body is None:
-                self._respond_error(
-                    message.stream_id,
-                    RESOURCE_EXHAUSTED,
+                refusal = (
                     f"message length {message.length} exceeds the maximum of "
-                    f"{self._streams[PLUGIN_CONN].max_message}",
+                    f"{self._streams[PLUGIN_CONN].max_message}"
                 )
+                self._respond_error(message.stream_id, RESOURCE_EXHAUSTED, refusal)
+                if self._vital_done != self.vital:
+                    # Likely the Synchronize: unanswered, the runtime would leave us out.
+                    self._left_out(f"a request refused before the runtime synchronized: {refusal}")
                 return
-            if len(self._tasks) >= MAX_IN_FLIGHT:
+            size = len(message.body)
+            if (
+                len(self._tasks) >= MAX_IN_FLIGHT
+                or self._in_flight_bytes + size > MAX_IN_FLIGHT_BYTES
+            ):
                 self._respond_error(
                     message.stream_id, RESOURCE_EXHAUSTED, "too many requests in flight"
                 )
                 return
+            self._in_flight_bytes += size
             task = asyncio.create_task(self._serve(message.stream_id, message.body))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(partial(self._served, size))
         # Anything else (a request on the client connection, a stream's data): not ours.
+
+    def _served(self, size: int, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight_bytes -= size
+
+    def _left_out(self, why: str) -> None:
+        """The runtime will send this connection nothing more: closed (after the answers
+        already written), so that the plugin registers again."""
+        reason = f"{LEFT_OUT}: {why}"
+        log.error("NRI connection: %s; closing it to register again", reason)
+
+        async def close_after_drain() -> None:
+            await self.drain()
+            self.close(reason)
+
+        task = asyncio.create_task(close_after_drain())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, stream_id: int, body: bytes) -> None:
         try:
@@ -169,6 +211,7 @@ class NriConnection:
         except Exception as exc:
             self._respond_error(stream_id, UNKNOWN, f"cannot parse the request: {exc}")
             return
+        del body  # the payload is all that is kept
         name = f"{request.service}/{request.method}"
         handler = self.handlers.get(name)
         if handler is None:
@@ -178,13 +221,22 @@ class NriConnection:
             payload = await handler(request.payload)
         except TtrpcError as exc:
             self._respond_error(stream_id, exc.code, exc.message)
+            self._failed(name, f"{exc.code}: {exc.message}")
             return
         except Exception as exc:
             log.exception("NRI %s failed", name)
             self._respond_error(stream_id, UNKNOWN, f"{name}: {exc}")
+            self._failed(name, str(exc))
             return
-        self._respond(stream_id, request_pb2.Response(payload=payload))
+        if not self._respond(stream_id, request_pb2.Response(payload=payload)):
+            self._failed(name, "its answer was over the runtime's 4 MiB")
+        elif name in self.vital:
+            self._vital_done.add(name)
         await self.drain()
+
+    def _failed(self, name: str, why: str) -> None:
+        if name in self.vital:
+            self._left_out(f"{name.rsplit('/', 1)[-1]} failed ({why})")
 
     # -- writing -------------------------------------------------------------------------
 
@@ -194,9 +246,12 @@ class NriConnection:
         # One write of every frame of the message: no other message interleaves.
         self._writer.write(mux_frames(conn, message))
 
-    def _respond(self, stream_id: int, response: request_pb2.Response) -> None:
+    def _respond(self, stream_id: int, response: request_pb2.Response) -> bool:
+        """Sends the response; False when it was over what the runtime reads and an error
+        status went instead."""
         body = response.SerializeToString()
-        if len(body) > MAX_MESSAGE:
+        fits = len(body) <= MAX_MESSAGE
+        if not fits:
             response = request_pb2.Response(
                 status=request_pb2.Status(
                     code=RESOURCE_EXHAUSTED, message=f"response of {len(body)} bytes too large"
@@ -204,6 +259,7 @@ class NriConnection:
             )
             body = response.SerializeToString()
         self._send(PLUGIN_CONN, ttrpc_message(stream_id, RESPONSE, body))
+        return fits
 
     def _respond_error(self, stream_id: int, code: int, message: str) -> None:
         self._respond(
@@ -241,8 +297,10 @@ class NriConnection:
         return response.payload
 
 
-async def open_connection(path: str, handlers: Mapping[str, Handler]) -> NriConnection:
+async def open_connection(
+    path: str, handlers: Mapping[str, Handler], vital: Collection[str] = ()
+) -> NriConnection:
     reader, writer = await asyncio.open_unix_connection(path, limit=READ_SIZE)
-    connection = NriConnection(reader, writer, handlers)
+    connection = NriConnection(reader, writer, handlers, vital=vital)
     connection.start()
     return connection

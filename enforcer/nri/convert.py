@@ -117,3 +117,15 @@ def adjustment(pinning: Pinning, rdt_class: str | None) -> api_pb2.ContainerAdju
     if rdt_class:
         resources.rdt_class.value = rdt_class
     return adjust
+
+
+def event_name(payload: bytes) -> str:
+    """A StateChange's event, by its name in NRI's enum (a number this API lacks: its number)."""
+    try:
+        number = api_pb2.StateChangeEvent.FromString(payload).event
+    except Exception:
+        return ""
+    try:
+        return api_pb2.Event.Name(number)
+    except ValueError:
+        return str(number)

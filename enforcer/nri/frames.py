@@ -18,11 +18,18 @@ MUX_HEADER = struct.Struct(">II")
 TTRPC_HEADER = struct.Struct(">IIBB")
 PLUGIN_CONN = 1  # the runtime calls the plugin's service here
 RUNTIME_CONN = 2  # the plugin calls the runtime's service here
-MAX_MUX_PAYLOAD = 1 << 24  # the multiplexer refuses larger frames
-MAX_MESSAGE = 4 << 20  # ttrpc's messageLengthMax
+MAX_MUX_PAYLOAD = 1 << 24  # the multiplexer refuses larger frames (EMSGSIZE when it writes)
+MAX_MESSAGE = 4 << 20  # ttrpc's messageLengthMax: the most the runtime reads, so we send
 # Go's ttrpc peer reads through a 4 KiB buffer and fails (ENOMEM) on a frame that does not
 # fit what is left of it: a message is written as frames of at most this, none spanning two.
 WRITE_CHUNK = 4096
+# The most the runtime can send us in one message. containerd 1.7 (ttrpc v1.2.5, NRI v0.6.1)
+# checks no length when it sends: its ttrpc writer (a 4 KiB bufio.Writer) sends the header
+# and the first 4,086 bytes as one multiplexer frame and the rest as one more, which the
+# multiplexer caps at MAX_MUX_PAYLOAD. A Synchronize holds every pod with its annotations
+# (up to 256 KiB each, Kubernetes' cap): 20 such pods are already over ttrpc's 4 MiB, so the
+# plugin takes whatever the runtime can send, up to this bound (docs/nri.md).
+MAX_REQUEST = MAX_MUX_PAYLOAD + WRITE_CHUNK
 REQUEST = 1
 RESPONSE = 2
 

@@ -39,6 +39,7 @@ from enforcer.nri.connection import (
 from enforcer.nri.convert import (
     adjustment,
     container_create,
+    event_name,
     kubelet_resources,
     resources_record,
     status_code,
@@ -81,18 +82,6 @@ Observer = Callable[[str, int, float, str], None]
 
 def _no_observer(method: str, code: int, seconds: float, event: str) -> None:
     pass
-
-
-def _event_name(payload: bytes) -> str:
-    """A StateChange's event, by its name in NRI's enum (a number this API lacks: its number)."""
-    try:
-        number = api_pb2.StateChangeEvent.FromString(payload).event
-    except Exception:
-        return ""
-    try:
-        return E.Name(number)
-    except ValueError:
-        return str(number)
 
 
 class Late(Exception):
@@ -146,7 +135,7 @@ class NriPlugin(EngineWorker):
                 "StopContainer", self._handler(self.stop_container)
             ),
             plugin_method("StateChange"): observed(
-                "StateChange", self._handler(self.state_change), _event_name
+                "StateChange", self._handler(self.state_change), event_name
             ),
         }
 
@@ -298,9 +287,10 @@ class NriPlugin(EngineWorker):
         request = api_pb2.SynchronizeRequest.FromString(payload)
         self.runtime.synchronized(request.pods, request.containers)
         log.info(
-            "synchronizing with %d pods and %d containers",
+            "synchronizing with %d pods and %d containers (%d bytes)",
             len(request.pods),
             len(request.containers),
+            len(payload),
         )
         attempt = asyncio.ensure_future(self.run(self._reconcile))
         finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)

@@ -65,13 +65,16 @@ class NriEnforcerProcess(EnforcerProcess):
         except OSError:
             return 0
 
+    def log_since_start(self) -> str:
+        """What this process (the last one started) logged so far."""
+        try:
+            return self.log_path.read_bytes()[self._log_offset :].decode(errors="replace")
+        except OSError:
+            return ""
+
     def synchronizations(self) -> int:
         """How many times the runtime synchronized this process so far."""
-        try:
-            text = self.log_path.read_bytes()[self._log_offset :].decode(errors="replace")
-        except OSError:
-            return 0
-        return text.count(SYNCHRONIZED)
+        return self.log_since_start().count(SYNCHRONIZED)
 
     def wait_ready(self, timeout: float = 20.0, count: int = 1) -> None:
         """Until the runtime has synchronized this process ``count`` times."""
