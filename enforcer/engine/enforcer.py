@@ -205,6 +205,10 @@ class Enforcer:
         if self.not_in_charge:
             raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         store = self.registry.store
+        if store is not None and store.write_problem and store.read_problem is None:
+            # The folder is asked again now, not at the next periodic write: the first
+            # creation after the disk has room again is decided.
+            self.registry.write_now()
         if store is not None and store.problem:
             # The saved state cannot be read (deciding without it could hand out CPUs that
             # running containers hold) or the folder cannot be written (nothing decided would

@@ -233,6 +233,17 @@ class Registry:
                 if self.store is None or self.store.problem is None:  # else the store said it
                     log.error("%s; will retry", exc)
 
+    def write_now(self) -> bool:
+        """Writes the whole state durably now, outside any change (the state folder asked
+        again after a write failed); whether it worked. The store says why when it did not."""
+        if self._journal is not None:
+            return False
+        try:
+            self._write(durable=True)
+        except StateWriteFailed:
+            return False
+        return True
+
     def _write(self, *, durable: bool, sync_later: bool = False) -> None:
         self.dirty = False
         if self.store is None:
