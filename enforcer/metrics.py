@@ -239,6 +239,18 @@ class EnforcerMetrics:
             "running containers the configuration cannot place, kept on the CPUs they hold",
             registry=r,
         )
+        self.not_as_asked = Gauge(
+            "resource_enforcer_containers_not_placed_as_asked",
+            "running containers adopted or placed again on the shared pool because the CPUs they "
+            "asked for were taken; placed as asked once they are free",
+            registry=r,
+        )
+        self.stuck = Gauge(
+            "resource_enforcer_containers_stuck",
+            "containers kubelet stopped that the runtime still lists (it could not remove them): "
+            "kept on the shared pool until it does",
+            registry=r,
+        )
         self.state_writable = Gauge(
             "resource_enforcer_state_writable",
             "1 while the state can be saved; 0 while the state folder cannot be written or the "

@@ -30,6 +30,7 @@ from enforcer.decode import (
     decode_container,
     estimate_from_cri,
 )
+from enforcer.engine.adoption import StoppedContainers, adopt, newly_stuck
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RecordUnusable, Runtime, RuntimeAway
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
@@ -105,6 +106,9 @@ class Enforcer:
         self._repinning = False
         # Live containers whose creation the runtime did not record: not asked about again.
         self._unadoptable: set[str] = set()
+        # Containers kubelet stopped, while the runtime may still list them (never adopted
+        # again on that account; see enforcer.engine.adoption).
+        self.stopped = StoppedContainers(clock)
         self._verified_at = clock()
         # Counts the changes of placements (decisions, releases, reconfigurations): whoever
         # follows the node's use (metrics, the NodeResourceTopology) measures again when it moved.
@@ -151,6 +155,9 @@ class Enforcer:
         self.metrics.cpus.labels("shared").set(len(policy.available - taken))
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))
         self.metrics.held.set(len(self.registry.held()))
+        entries = self.registry.entries.values()
+        self.metrics.stuck.set(sum(1 for e in entries if e.stuck is not None))
+        self.metrics.not_as_asked.set(sum(1 for e in entries if e.demoted is not None))
         self.metrics.set_balloons(policy.balloon_views())
         self.metrics.set_cpu_classes(self.config.cpuClasses, policy.cpu_classes())
 
@@ -205,6 +212,10 @@ class Enforcer:
         if self.not_in_charge:
             raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         store = self.registry.store
+        if store is not None and store.write_problem and store.read_problem is None:
+            # The folder is asked again now, not at the next periodic write: the first
+            # creation after the disk has room again is decided.
+            self.registry.write_now()
         if store is not None and store.problem:
             # The saved state cannot be read (deciding without it could hand out CPUs that
             # running containers hold) or the folder cannot be written (nothing decided would
@@ -366,13 +377,32 @@ class Enforcer:
             self._record(self.controllers.start(target), container_id)
         self.verify(entry)
 
-    def container_gone(self, container_id: str, why: str) -> None:
+    def container_gone(self, container_id: str, why: str, *, removed: bool = False) -> None:
+        """kubelet stopped (or, `removed`, removed) a container: it is released. A stopped
+        one is remembered, so that a runtime that still lists it does not get it adopted again
+        (enforcer.engine.adoption); one found stuck stays until the runtime lets it go."""
+        if removed:
+            self.stopped.forget(container_id)
         entry = self.registry.by_container(container_id)
         if entry is not None:
-            self._release([entry], why)
+            self._release(self._stopping([entry], why, removed=removed), why)
 
-    def sandbox_gone(self, sandbox_id: str, why: str) -> None:
-        self._release(self.registry.of_sandbox(sandbox_id), why)
+    def sandbox_gone(self, sandbox_id: str, why: str, *, removed: bool = False) -> None:
+        entries = self.registry.of_sandbox(sandbox_id)
+        if removed:
+            for entry in entries:
+                if entry.container_id is not None:
+                    self.stopped.forget(entry.container_id)
+        self._release(self._stopping(entries, why, removed=removed), why)
+
+    def _stopping(self, entries: list[Entry], why: str, *, removed: bool) -> list[Entry]:
+        """Of the entries kubelet stopped, those to release now (see `container_gone`)."""
+        if removed:
+            return entries
+        for entry in entries:
+            if entry.container_id is not None and entry.stuck is None:
+                self.stopped.remember(entry.container_id, entry.key, why)
+        return [e for e in entries if e.stuck is None]
 
     def gone(
         self, containers: Iterable[LiveContainer], *, complete: bool, asked_at: int
@@ -402,11 +432,19 @@ class Enforcer:
             and not c.exited
             and c.key not in self.registry
             and c.id not in self._unadoptable
+            and c.id not in self.stopped
         ]
+
+    def unadoptable(self, container_id: str) -> None:
+        """A live container whose creation the runtime did not record: not asked again."""
+        if len(self._unadoptable) >= 4096:  # bounded: forget the oldest guesses
+            self._unadoptable.clear()
+        self._unadoptable.add(container_id)
 
     def unknown(self, containers: Iterable[LiveContainer]) -> bool:
         """Whether a complete listing shows live containers to adopt. Reads only (see `gone`)."""
-        return bool(self._strangers(containers))
+        containers = list(containers)
+        return bool(self._strangers(containers) or newly_stuck(self, containers))
 
     def observed(
         self, containers: Iterable[LiveContainer], *, complete: bool, asked_at: int
@@ -420,9 +458,10 @@ class Enforcer:
         if not complete:
             return
         self.resolve(containers)
-        strangers = self._strangers(containers)
+        strangers = self._strangers(containers) + newly_stuck(self, containers)
+        self.stopped.listed(containers)
         for container in strangers:
-            self._adopt(container)
+            adopt(self, container)
         if strangers:
             self.repin()
 
@@ -732,8 +771,10 @@ class Enforcer:
         """Periodic work: unknown creations resolved, held containers placed when they can be,
         refused re-pins retried, every running container verified now and then, state written."""
         self.resolve()
-        if self.registry.place_held():
-            self.repin()
+        held, demoted = self.registry.place_held(), self.registry.place_as_asked()
+        if held or demoted:
+            self.repin()  # moved, then verified against the kernel
+            self._count()
         if self.repin_failed:
             self.repin()
         now = self.clock()
@@ -817,87 +858,20 @@ class Enforcer:
                 self.registry.update(key, phase=Phase.RUNNING if running else Phase.CREATED)
             known = {e.container_id for e in self.registry.entries.values()}
             for container in live.values():
-                if container.id not in known:
-                    self._adopt(container)
+                if container.id in known:
+                    continue
+                if container.id not in self.stopped or self.stopped.stuck(container.id):
+                    adopt(self, container)
         self.reconciled = True
         self.repin()
         self.sweep()
         self._count()
         log.info("reconciled with the runtime: %d containers tracked", len(self.registry.entries))
 
-    def _adopt(self, container: LiveContainer) -> None:
-        """Admits a live container the registry does not know, from its recorded creation:
-        on the CPUs it runs on when they are free, else placed anew, else held where it runs.
-        A running container is never left untracked for want of room."""
-        try:
-            recorded = self.runtime.recorded(container)
-        except RuntimeAway as exc:
-            log.warning("cannot read container %s's configuration: %s", container.id, exc)
-            return
-        if recorded is None:
-            log.warning("container %s has no recorded configuration; not tracked", container.id)
-            if len(self._unadoptable) >= 4096:  # bounded: forget the oldest guesses
-                self._unadoptable.clear()
-            self._unadoptable.add(container.id)
-            return
-        try:
-            wanted = self._decode(recorded.create)
-        except (DecodeError, ClassRefused) as exc:
-            # It runs all the same: tracked on kubelet's numbers alone, without what was refused
-            # (its annotations, a cpuset this machine does not have).
-            log.warning(
-                "running container %s: %s; adopted on kubelet's values alone", container.id, exc
-            )
-            bare = replace(
-                recorded.create,
-                annotations={},
-                resources=replace(recorded.create.resources, cpuset_cpus="", cpuset_mems=""),
-            )
-            wanted = decode_container(bare, machine=self.machine, warn=log.warning)
-        running_on = _cpuset(recorded.running_cpus)
-        with self.registry.change():
-            self.registry.put(
-                Entry(
-                    key=wanted.key,
-                    sandbox_id=container.sandbox_id,
-                    phase=Phase.RUNNING if container.running else Phase.CREATED,
-                    container_id=container.id,
-                    cgroup_parent=recorded.create.cgroup_parent,
-                    resources=recorded.resources,
-                    applied_cpus=str(running_on) if running_on else self._all_cpus,
-                    applied_mems=recorded.running_mems or self._all_mems,
-                )
-            )
-            kind = self._place_adopted(wanted, running_on, container.id)
-        log.info("adopted running container %s as %s: %s", container.id, wanted.key, kind)
-
-    def _place_adopted(
-        self, wanted: ContainerRequest, running_on: CPUSet, container_id: str
-    ) -> str:
-        try:
-            return self.registry.admit(wanted, keep=running_on or None).kind
-        except PlacementError as exc:
-            log.warning("running container %s cannot be placed as asked: %s", container_id, exc)
-        shared = replace(wanted, preferences=replace(wanted.preferences, shared=True))
-        try:
-            return self.registry.admit(shared).kind
-        except PlacementError:
-            pass
-        free = running_on - self.policy.taken
-        self.registry.hold(wanted, free, "adopted, but the configuration cannot place it")
-        return "held"
-
     # -- views ---------------------------------------------------------------------------------
 
     def views(self) -> list[ContainerView]:
         return self.registry.views()
-
-
-def _cpuset(text: str) -> CPUSet:
-    try:
-        return CPUSet.parse(text)
-    except ValueError:
-        return CPUSet()
 
 
 def resized_request(

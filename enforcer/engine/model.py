@@ -39,6 +39,13 @@ class Entry:
     verified: bool = False  # the kernel was read back and matched
     problem: str | None = None  # why the kernel does not have its decision (shown by `status`)
     unplaced: str | None = None  # why the configuration cannot place it (it is held)
+    # Why it runs on the shared pool rather than as it asked (adopted, or placed again, while
+    # its CPUs were not free), and its own shared preference: placed as asked once they are.
+    demoted: str | None = None
+    asked_shared: bool | None = None
+    # Why it is kept though kubelet stopped it: the runtime still lists it live (it could not
+    # remove it); released once the runtime shows it exited or gone, or removes it.
+    stuck: str | None = None
     bound_at: int = 0  # the registry's sequence when the container id became known
     unknown_since: float = 0.0  # monotonic time the creation's outcome became unknown
 

@@ -233,6 +233,17 @@ class Registry:
                 if self.store is None or self.store.problem is None:  # else the store said it
                     log.error("%s; will retry", exc)
 
+    def write_now(self) -> bool:
+        """Writes the whole state durably now, outside any change (the state folder asked
+        again after a write failed); whether it worked. The store says why when it did not."""
+        if self._journal is not None:
+            return False
+        try:
+            self._write(durable=True)
+        except StateWriteFailed:
+            return False
+        return True
+
     def _write(self, *, durable: bool, sync_later: bool = False) -> None:
         self.dirty = False
         if self.store is None:
@@ -325,7 +336,11 @@ class Registry:
         with contextlib.suppress(PlacementError):
             self.policy.admit(shared)  # its CPUs are freed once the re-pin moved it off them
             if request.key in self.entries:
-                self.entries[request.key] = replace(self.entries[request.key], unplaced=None)
+                self.entries[request.key] = demoted(
+                    replace(self.entries[request.key], unplaced=None),
+                    f"{when}, it no longer fits as asked",
+                    request,
+                )
             return f"{name}: no longer fits; placed on the shared pool"
         holds = before.exclusive
         why = f"{when}, the configuration cannot place it; kept on CPUs {holds or 'none'}"
@@ -347,6 +362,36 @@ class Registry:
             except (PlacementError, StateWriteFailed):
                 continue  # the change was rolled back: still held
             placed.append(entry.key)
+        return placed
+
+    def place_as_asked(self) -> list[str]:
+        """Tries again to place the containers put on the shared pool for want of CPUs (see
+        `demoted`) as they asked, through the same admission; returns those now placed. One
+        that still does not fit stays as it is (it was reported when it was put there)."""
+        placed = []
+        for entry in [e for e in self.entries.values() if e.demoted and e.stuck is None]:
+            before = self.policy.admitted.get(entry.key)
+            if before is None:
+                continue
+            request = before.request
+            asked = replace(
+                request, preferences=replace(request.preferences, shared=entry.asked_shared)
+            )
+            try:
+                with self.change():
+                    placement = self.admit(asked)
+                    self.update(entry.key, demoted=None, asked_shared=None)
+            except (PlacementError, StateWriteFailed):
+                continue  # rolled back: still on the shared pool
+            placed.append(entry.key)
+            log.info(
+                "%s/%s container %s placed as asked now that its CPUs are free: %s cpus=%s",
+                request.namespace,
+                request.pod_name,
+                request.container,
+                placement.kind,
+                placement.cpus,
+            )
         return placed
 
     def rebuild(self, policy: Policy) -> list[str]:
@@ -378,6 +423,18 @@ class Registry:
         return views_of(self.policy, self.entries)
 
 
+def demoted(entry: Entry, why: str, asked: ContainerRequest) -> Entry:
+    """The entry of a container placed on the shared pool instead of as `asked` (the
+    registry's periodic `place_as_asked` tries again)."""
+    if entry.demoted is not None:  # placed again meanwhile: what it first asked still counts
+        return entry
+    return replace(
+        entry,
+        demoted=f"{why}: on the shared pool until the CPUs it asks for are free",
+        asked_shared=asked.preferences.shared,
+    )
+
+
 def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView]:
     rows = []
     for key, admitted in policy.admitted.items():
@@ -401,7 +458,10 @@ def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView
                 blockio_class=req.blockio_class,
                 cpu_class=req.cpu_class if policy.cpu_class_ignored(key) is None else None,
                 phase=entry.phase.value if entry else "",
-                problem="; ".join(p for p in (entry.unplaced, entry.problem) if p) or None
+                problem="; ".join(
+                    p for p in (entry.unplaced, entry.stuck, entry.demoted, entry.problem) if p
+                )
+                or None
                 if entry
                 else None,
             )

@@ -483,12 +483,13 @@ class NriPlugin(EngineWorker):
         elif event.event == E.REMOVE_CONTAINER:
             self._syncs.pop(container.id, None)
             self.runtime.container_removed(container.id)
-            work = partial(self.enforcer.container_gone, container.id, "removed")
+            work = partial(self.enforcer.container_gone, container.id, "removed", removed=True)
         elif event.event in (E.STOP_POD_SANDBOX, E.REMOVE_POD_SANDBOX):
             why = "pod stopped" if event.event == E.STOP_POD_SANDBOX else "pod removed"
             if event.event == E.REMOVE_POD_SANDBOX:
                 self.runtime.pod_removed(pod.id)
-            work = partial(self.enforcer.sandbox_gone, pod.id, why)
+            removed = event.event == E.REMOVE_POD_SANDBOX
+            work = partial(self.enforcer.sandbox_gone, pod.id, why, removed=removed)
         # Other events (and those of newer runtimes) change nothing here.
         if work is not None:
             try:

@@ -161,10 +161,11 @@ class CRIService(EngineWorker):
         request = _parse(message, call)
         if isinstance(request, Refuse):
             return request
+        gone = partial(self.enforcer.container_gone, removed=what == "removed")
 
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(self.enforcer.container_gone, request.container_id, what)
+                await self.run(gone, request.container_id, what)
 
         return Forward(call.message, done)
 
@@ -179,9 +180,11 @@ class CRIService(EngineWorker):
         if isinstance(request, Refuse):
             return request
 
+        gone = partial(self.enforcer.sandbox_gone, removed=what == "pod removed")
+
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(self.enforcer.sandbox_gone, request.pod_sandbox_id, what)
+                await self.run(gone, request.pod_sandbox_id, what)
 
         return Forward(call.message, done)
 

@@ -157,7 +157,7 @@ class StateStore:
         if problem != self.write_problem:
             log.error(
                 "%s; new containers and resizes are refused (UNAVAILABLE) until it can be "
-                "written again; retried every few seconds",
+                "written again; tried again at the next creation and every few seconds",
                 problem,
             )
         self.write_problem = problem

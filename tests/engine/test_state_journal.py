@@ -272,6 +272,7 @@ def test_a_failed_fsync_keeps_the_decision_and_refuses_new_ones_until_it_works(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(store_module.os, "fdatasync", failing)
+    monkeypatch.setattr(store_module.os, "fsync", failing)  # the disk fails every sync
     why = e.sync_state()
     assert why is not None and "Input/output error" in why
     assert key in e.policy.admitted  # the runtime may have made the container: it keeps its CPU
@@ -279,9 +280,9 @@ def test_a_failed_fsync_keeps_the_decision_and_refuses_new_ones_until_it_works(
         e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
     monkeypatch.undo()
-    e.flush()  # the periodic write: durable, since a change still waits for its fsync
-    assert e.registry.store is not None and e.registry.store.problem is None
+    # The next creation asks the disk again (a durable write of the whole state) and is placed.
     e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
+    assert e.registry.store is not None and e.registry.store.problem is None
 
 
 def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
@@ -310,8 +311,14 @@ def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
     why = e.sync_state()  # B's: the kernel would say 0 now; the store must not believe it
     assert why is not None and "earlier fsync failed" in why
     assert e.registry.store is not None and e.registry.store.problem is not None
-    with pytest.raises(Exception, match="cannot be written") as refused:
-        e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as disk_still_failing:
+        disk_still_failing.setattr(store_module.os, "fsync", failing)
+        with pytest.raises(Exception, match="cannot be written") as refused:
+            e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
     fsynced: list[int] = []
     real_fsync = store_module.os.fsync

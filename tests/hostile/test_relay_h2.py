@@ -99,7 +99,8 @@ def test_hpack_bomb_from_the_client(enforcer: EnforcerProcess, measured) -> None
     block = bomb_block(peer.block([*request_headers(VERSION), (b"x-bomb", BIG)]), 60_000)
     decoded_mib = 60_000 * (len(BIG) + 6 + 32) / (1 << 20)
     started = time.monotonic()
-    peer.send(fr.headers_frames(1, block, 16384, end=True))
+    # The relay may give up on the block before it has read all of it, and close.
+    send_quietly(peer, fr.headers_frames(1, block, 16384, end=True))
     _, code, debug = peer.goaway(timeout=10)
     took = time.monotonic() - started
     grew = peak_rss_mib(pid) - start_rss

@@ -5,8 +5,9 @@ is the real runc's (exec'd, same arguments and file descriptors); after a succes
 `runc start` of a container whose environment has `KRE_WAIT_TASKS=N`, it waits until the
 container's cgroup lists N threads (at most 10 s) before returning. containerd's
 StartContainer, and what the enforcer does after it, therefore see the container's children
-all forked. (runc 1.1 runs OCI poststart hooks at `runc create`, before the process starts, so
-a hook cannot do this.)
+all forked. (runc 1.1 runs OCI poststart hooks at `runc create`, before the process starts,
+so a hook cannot do this.) `KRE_HOLD_START=S` holds `runc start` S seconds: the container
+stays "in starting state" that long.
 
 `install(folder)` writes the executable wrapper and returns its path. The wrapper itself runs
 this file as a script (standard library only).
@@ -24,6 +25,11 @@ from pathlib import Path
 
 ENV = "KRE_WAIT_TASKS"
 WAIT_SECONDS = 10.0
+# A container whose environment has `KRE_HOLD_START=S` has its `runc start` held S seconds (at
+# most HOLD_SECONDS) after it started: containerd's StartContainer is under way all that time,
+# and the container is "in starting state" (RemoveContainer refused, StopContainer a no-op).
+HOLD = "KRE_HOLD_START"
+HOLD_SECONDS = 120.0
 REAL = "KRE_REAL_RUNC"
 
 
@@ -72,10 +78,15 @@ def _hold(real: str, global_args: list[str], container: str) -> None:
     )
     config = json.loads(Path(state["bundle"], "config.json").read_text())
     wanted = 0
+    hold = 0.0
     for item in config.get("process", {}).get("env", []):
         name, _, value = item.partition("=")
         if name == ENV:
             wanted = int(value)
+        elif name == HOLD:
+            hold = min(float(value), HOLD_SECONDS)
+    if hold > 0:
+        time.sleep(hold)
     threads = _threads_file(int(state["pid"])) if wanted else None
     deadline = time.monotonic() + WAIT_SECONDS
     while threads is not None and time.monotonic() < deadline:
