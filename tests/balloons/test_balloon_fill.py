@@ -208,4 +208,3 @@ def test_each_container_goes_where_the_most_cpu_is_free(
             winners = {name for name, free, n in candidates if free == best and n == fewest}
             assert chosen in winners, f"{how}: {milli}m went to {chosen}, not {winners}"
         check_invariants(p)
-
