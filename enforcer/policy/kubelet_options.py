@@ -8,7 +8,7 @@ naming the option.
 
 from __future__ import annotations
 
-from enforcer.cpuallocator import CPUOptions, SMTAlignmentError
+from enforcer.cpuallocator import CPUOptions, SMTAlignmentError, check_request
 from enforcer.decode import ContainerRequest
 from enforcer.policy.model import PlacementError
 from enforcer.refusal import Reason
@@ -65,3 +65,28 @@ def strict_refusal(request: ContainerRequest) -> PlacementError:
         f"(kubelet's strict-cpu-reservation) keeps for the reservedNamespaces",
         Reason.FORBIDDEN,
     )
+
+
+def check_whole(
+    topology: Topology, request: ContainerRequest, count: int, options: CPUOptions
+) -> None:
+    """fullPCPUsOnly: kubelet's SMTAlignmentError for a count that is not whole cores."""
+    try:
+        check_request(topology, count, options)
+    except SMTAlignmentError as exc:
+        raise smt_refusal(request, exc) from None
+
+
+def spread_capacity(topology: Topology, candidates: CPUSet, count: int) -> int:
+    """distributeCPUsAcrossCores: how many of `count` CPUs can come from distinct cores."""
+    return min(count, sum(1 for core in topology.cores() if core & candidates))
+
+
+def aligned(topology: Topology, options: CPUOptions, cpus: CPUSet) -> bool:
+    """Whether `cpus` lie within the unit an alignment option asks for: one socket
+    (alignBySocket) or one L3 group (preferAlignCPUsByUncoreCache)."""
+    if options.align_by_socket and len(topology.sockets_of_cpus(cpus)) == 1:
+        return True
+    if options.prefer_uncore_cache:
+        return len({topology.cpus[c].l3 for c in cpus}) == 1
+    return False

@@ -8,11 +8,12 @@ container (`cpu.preserve`) keeps the CPUs kubelet asked for that are in the shar
 
 from __future__ import annotations
 
-from enforcer.cpuallocator import NotEnoughCPUs, SMTAlignmentError, check_request, take_cpus
+from enforcer.cpuallocator import NotEnoughCPUs, SMTAlignmentError, take_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.kubelet_options import (
     check_machine,
+    check_whole,
     cpu_options,
     smt_refusal,
     strict_reserved,
@@ -67,10 +68,10 @@ class StaticPolicy(Policy):
             entry = Admitted(request, "preserved")
         elif (count := request.exclusive_cpus) and not request.preferences.shared:
             try:
-                check_request(self.topology, count, self.cpu_options)
-            except SMTAlignmentError as exc:
+                check_whole(self.topology, request, count, self.cpu_options)
+            except PlacementError:
                 self._readmit(previous)
-                raise smt_refusal(request, exc) from None
+                raise
             entry = Admitted(request, "exclusive", self._take(request, count, keep, previous))
         else:
             entry = Admitted(request, "shared", pool="shared")

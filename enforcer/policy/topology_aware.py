@@ -47,7 +47,6 @@ from typing import Any, Literal
 from enforcer.cpuallocator import (
     SMTAlignmentError,
     allocate_cpus,
-    check_request,
     cpus_per_core,
     release_cpus,
     take_cpus,
@@ -55,7 +54,15 @@ from enforcer.cpuallocator import (
 )
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
-from enforcer.policy.kubelet_options import check_machine, cpu_options, smt_refusal, strict_refusal
+from enforcer.policy.kubelet_options import (
+    aligned,
+    check_machine,
+    check_whole,
+    cpu_options,
+    smt_refusal,
+    spread_capacity,
+    strict_refusal,
+)
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.policy.pool_math import closeness, format_bytes, split_memory, whole_cores_count
 from enforcer.topology import CPUSet, Topology
@@ -485,6 +492,7 @@ class TopologyAwarePolicy(Policy):
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
         siblings = self._attraction(request)
+        check_whole(self.topology, request, need.exclusive, self.cpu_options)
         if need.isolated:
             found = self._search_isolated(need, siblings)
             if found is not None:
@@ -492,7 +500,6 @@ class TopologyAwarePolicy(Policy):
                 return self._entry(request, need, pool, cpus)
         if need.exclusive:
             try:
-                check_request(self.topology, need.exclusive, self.cpu_options)
                 found = self._search_exclusive(need, siblings)
                 if found is not None:
                     pool, candidates = found
@@ -536,7 +543,7 @@ class TopologyAwarePolicy(Policy):
         extra_count = 1 if need.shares else 0
         # No pool can give more whole cores than the whole machine: once a pool gives that
         # many, shallower (looser) pools cannot beat it.
-        ideal = whole_cores_count(self._pools[0].cores, self._shared(0), n)
+        ideal = self._fit(self._pools[0], self._shared(0), n)
         best: tuple[tuple[int, ...], Pool, CPUSet, int] | None = None
         for level in self._levels:
             for pool in level:
@@ -550,7 +557,7 @@ class TopologyAwarePolicy(Policy):
                 candidates = self._candidates(pool)
                 if len(candidates) < n:
                     continue
-                whole = whole_cores_count(pool.cores, candidates, n)
+                whole = self._fit(pool, candidates, n)
                 key = (
                     -whole,  # never split a core while a pool offers whole ones
                     -pool.depth,
@@ -563,10 +570,20 @@ class TopologyAwarePolicy(Policy):
                 if best is None or key < best[0]:
                     best = (key, pool, candidates, whole)
             # alignBySocket: within one socket while one can take it, split cores or not.
-            align = self.cpu_options.align_by_socket and best is not None and best[1].depth
-            if best is not None and (best[3] >= ideal or align):
+            if best is not None and (best[3] >= ideal or self._aligned(best[1])):
                 break
         return None if best is None else (best[1], best[2])
+
+    def _fit(self, pool: Pool, candidates: CPUSet, n: int) -> int:
+        """How well `candidates` serve n CPUs: whole cores, or distinct cores to spread on."""
+        if self.cpu_options.distribute_across_cores:
+            return spread_capacity(self.topology, candidates, n)
+        return whole_cores_count(pool.cores, candidates, n)
+
+    def _aligned(self, pool: Pool) -> bool:
+        """alignBySocket: a pool within one socket; preferAlignCPUsByUncoreCache: within one
+        L3 group. Such a pool serves before looser ones, split cores or not."""
+        return aligned(self.topology, self.cpu_options, pool.cpus)
 
     def _search_shared(self, need: Need, siblings: Sequence[tuple[int, int]]) -> Pool | None:
         best: tuple[tuple[int, ...], Pool] | None = None
