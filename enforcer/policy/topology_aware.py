@@ -53,16 +53,8 @@ from enforcer.cpuallocator import (
     usable,
 )
 from enforcer.decode import ContainerRequest
+from enforcer.policy import kubelet_options as kopts
 from enforcer.policy.base import Policy
-from enforcer.policy.kubelet_options import (
-    aligned,
-    check_machine,
-    check_whole,
-    cpu_options,
-    smt_refusal,
-    spread_capacity,
-    strict_refusal,
-)
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.policy.pool_math import closeness, format_bytes, split_memory, whole_cores_count
 from enforcer.topology import CPUSet, Topology
@@ -206,8 +198,8 @@ class TopologyAwarePolicy(Policy):
 
     def __init__(self, topology: Topology, config: PolicyConfig) -> None:
         super().__init__(topology, config)
-        check_machine(topology, config)
-        self.cpu_options = cpu_options(config)
+        kopts.check_machine(topology, config)
+        self.cpu_options = kopts.cpu_options(config)
         self._pools = build_pool_tree(topology, self.available, self.reserved)
         self._by_name = {p.name: p for p in self._pools}
         depths = sorted({p.depth for p in self._pools}, reverse=True)
@@ -373,7 +365,7 @@ class TopologyAwarePolicy(Policy):
                 self.config.strictCPUReservation
                 and request.namespace not in self.config.reservedNamespaces
             ):
-                raise strict_refusal(request)
+                raise kopts.strict_refusal(request)
             return Need("reserved", milli=milli, memory=memory)
         prefer_shared = prefs.shared
         if prefer_shared is None:
@@ -492,7 +484,7 @@ class TopologyAwarePolicy(Policy):
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
         siblings = self._attraction(request)
-        check_whole(self.topology, request, need.exclusive, self.cpu_options)
+        kopts.check_whole(self.topology, request, need.exclusive, self.cpu_options)
         if need.isolated:
             found = self._search_isolated(need, siblings)
             if found is not None:
@@ -506,7 +498,7 @@ class TopologyAwarePolicy(Policy):
                     cpus = take_cpus(self.topology, candidates, need.exclusive, self.cpu_options)
                     return self._entry(request, need, pool, cpus)
             except SMTAlignmentError as exc:
-                raise smt_refusal(request, exc) from None
+                raise kopts.smt_refusal(request, exc) from None
         else:
             shared = self._search_shared(need, siblings)
             if shared is not None:
@@ -577,13 +569,13 @@ class TopologyAwarePolicy(Policy):
     def _fit(self, pool: Pool, candidates: CPUSet, n: int) -> int:
         """How well `candidates` serve n CPUs: whole cores, or distinct cores to spread on."""
         if self.cpu_options.distribute_across_cores:
-            return spread_capacity(self.topology, candidates, n)
+            return kopts.spread_capacity(self.topology, candidates, n)
         return whole_cores_count(pool.cores, candidates, n)
 
     def _aligned(self, pool: Pool) -> bool:
         """alignBySocket: a pool within one socket; preferAlignCPUsByUncoreCache: within one
         L3 group. Such a pool serves before looser ones, split cores or not."""
-        return aligned(self.topology, self.cpu_options, pool.cpus)
+        return kopts.aligned(self.topology, self.cpu_options, pool.cpus)
 
     def _search_shared(self, need: Need, siblings: Sequence[tuple[int, int]]) -> Pool | None:
         best: tuple[tuple[int, ...], Pool] | None = None
