@@ -13,7 +13,6 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
 from enforcer.policy.kubelet_options import (
     check_machine,
-    check_whole,
     cpu_options,
     smt_refusal,
     strict_reserved,
@@ -67,11 +66,6 @@ class StaticPolicy(Policy):
                 raise
             entry = Admitted(request, "preserved")
         elif (count := request.exclusive_cpus) and not request.preferences.shared:
-            try:
-                check_whole(self.topology, request, count, self.cpu_options)
-            except PlacementError:
-                self._readmit(previous)
-                raise
             entry = Admitted(request, "exclusive", self._take(request, count, keep, previous))
         else:
             entry = Admitted(request, "shared", pool="shared")

@@ -391,3 +391,19 @@ def test_check_config_names_each_refused_option(tmp_path: Path, snapshot_roots: 
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_running_container_keeps_its_cpus_when_full_pcpus_only_is_turned_on(
+    topologies: dict[str, Topology], policy: str
+) -> None:
+    """As a kubelet restart keeps its checkpoint: the saved state is restored as it was, new
+    containers follow the option."""
+    server = topologies["server"]
+    before = make_policy(server, config(policy).policy)
+    odd = before.admit(guaranteed("odd", 3)).exclusive
+    after = make_policy(server, config(policy, fullPCPUsOnly=True).policy)
+    assert after.restore(before.to_state()) == []
+    assert after.placement("uid-odd/c").exclusive == odd
+    with pytest.raises(PlacementError):
+        after.admit(guaranteed("new", 3))
