@@ -407,3 +407,38 @@ def test_a_running_container_keeps_its_cpus_when_full_pcpus_only_is_turned_on(
     assert after.placement("uid-odd/c").exclusive == odd
     with pytest.raises(PlacementError):
         after.admit(guaranteed("new", 3))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize(
+    ("option", "snapshot", "level"),
+    [("alignBySocket", SPREAD, "socket"), ("preferAlignCPUsByUncoreCache", "server", "l3")],
+)
+def test_alignment_options_through_plan(
+    topologies: dict[str, Topology], policy: str, option: str, snapshot: str, level: str
+) -> None:
+    """The same guarantees as above, seen in `plan`: the fragmented machine is made with
+    availableCPUs (one thread of 12 cores of socket 0 and 8 whole cores of socket 1 left out)."""
+    topology = topologies[snapshot]
+    s0, s1 = (topology.units("socket")[s] for s in (0, 1))
+    reserved = CPUSet.parse("0,40")
+    plain = reserved | topology.isolated
+    cores0 = [c for c in topology.cores() if c <= s0 and not c & plain]
+    cores1 = [c for c in topology.cores() if c <= s1 and not c & plain]
+    left_out = CPUSet().union(*(CPUSet.of(max(c)) for c in cores0[:12]), *cores1[:8])
+    available = str(topology.online - left_out)
+    usable = topology.online - left_out - reserved
+    if policy == "topology-aware":
+        usable = usable - topology.isolated
+    sizes = sorted((len(cpus & usable) for cpus in topology.units(level).values()), reverse=True)  # type: ignore[arg-type]
+    n = sizes[0]
+    assert n > sizes[1]  # only one can hold it
+    found = {}
+    for on in (False, True):
+        rows = run_plan(policy, topology, pods(("wide", "prod", str(n))),
+                        availableCPUs=available, **{option: on})  # fmt: skip
+        got = CPUSet.parse(rows["wide"]["exclusiveCPUs"])
+        assert len(got) == n, rows["wide"]
+        found[on] = {k for k, cpus in topology.units(level).items() if cpus & got}  # type: ignore[arg-type]
+    assert len(found[True]) == 1
+    assert len(found[False]) == 2  # without the option: whole cores from both
