@@ -24,6 +24,7 @@ from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
+from enforcer.topology.model import Level
 from resource_contract.config import ConfigError
 
 POLICIES = ["static", "topology-aware"]
@@ -220,7 +221,7 @@ def fragment(made: Policy, topology: Topology) -> None:
         made.admit(guaranteed(f"two{i}", 2), keep=core)
 
 
-def most_free(made: Policy, topology: Topology, level: str) -> tuple[int, int]:
+def most_free(made: Policy, topology: Topology, level: Level) -> tuple[int, int]:
     """(the most, the second most) CPUs free for exclusive use in one unit of `level`."""
     free = made.available - made.reserved - made.taken
     if made.name == "topology-aware":
@@ -415,7 +416,7 @@ def test_a_running_container_keeps_its_cpus_when_full_pcpus_only_is_turned_on(
     [("alignBySocket", SPREAD, "socket"), ("preferAlignCPUsByUncoreCache", "server", "l3")],
 )
 def test_alignment_options_through_plan(
-    topologies: dict[str, Topology], policy: str, option: str, snapshot: str, level: str
+    topologies: dict[str, Topology], policy: str, option: str, snapshot: str, level: Level
 ) -> None:
     """The same guarantees as above, seen in `plan`: the fragmented machine is made with
     availableCPUs (one thread of 12 cores of socket 0 and 8 whole cores of socket 1 left out)."""
@@ -430,7 +431,7 @@ def test_alignment_options_through_plan(
     usable = topology.online - left_out - reserved
     if policy == "topology-aware":
         usable = usable - topology.isolated
-    sizes = sorted((len(cpus & usable) for cpus in topology.units(level).values()), reverse=True)  # type: ignore[arg-type]
+    sizes = sorted((len(cpus & usable) for cpus in topology.units(level).values()), reverse=True)
     n = sizes[0]
     assert n > sizes[1]  # only one can hold it
     found = {}
@@ -439,6 +440,6 @@ def test_alignment_options_through_plan(
                         availableCPUs=available, **{option: on})  # fmt: skip
         got = CPUSet.parse(rows["wide"]["exclusiveCPUs"])
         assert len(got) == n, rows["wide"]
-        found[on] = {k for k, cpus in topology.units(level).items() if cpus & got}  # type: ignore[arg-type]
+        found[on] = {k for k, cpus in topology.units(level).items() if cpus & got}
     assert len(found[True]) == 1
     assert len(found[False]) == 2  # without the option: whole cores from both

@@ -19,6 +19,7 @@ from enforcer.cpuallocator import (
     whole_cores,
 )
 from enforcer.topology import CPUSet, Topology
+from enforcer.topology.model import Level
 
 # Every combination kubelet accepts (it refuses the pairs with distribute-across-cores, and
 # uncore-cache alignment with distribute-across-numa).
@@ -35,8 +36,8 @@ OPTIONS = [
 ]
 
 
-def units_holding(topology: Topology, level: str, free: CPUSet, n: int) -> bool:
-    return any(len(cpus & free) >= n for cpus in topology.units(level).values())  # type: ignore[arg-type]
+def units_holding(topology: Topology, level: Level, free: CPUSet, n: int) -> bool:
+    return any(len(cpus & free) >= n for cpus in topology.units(level).values())
 
 
 @pytest.mark.parametrize("snapshot", ["server", "2-socket-4-node-40-core", "sample1"])
