@@ -4,6 +4,8 @@ Guaranteed containers with a whole-CPU request get CPUs of their own, taken alon
 topology, unless they prefer shared CPUs (`prefer-shared-cpus`); every other container runs
 on the shared pool: all available CPUs that nobody holds, reserved ones included. A preserved
 container (`cpu.preserve`) keeps the CPUs kubelet asked for that are in the shared pool.
+kubelet's policy options (`fullPCPUsOnly` and the others, `kubelet_options`) shape the
+exclusive CPUs as kubelet's do.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ class StaticPolicy(Policy):
     def _shared_for(self, request: ContainerRequest) -> CPUSet:
         """The shared pool, less the reserved CPUs under strictCPUReservation for a pod
         outside reservedNamespaces (never empty: a CPU is kept out of exclusive use)."""
-        return self.shared_pool - strict_reserved(self.config, self.reserved, request)
+        off = strict_reserved(self.config, self.reserved, request)
+        return self.shared_pool - off if off else self.shared_pool
 
     def placement(self, key: str) -> Placement:
         entry = self.admitted[key]

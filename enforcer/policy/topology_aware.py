@@ -35,6 +35,9 @@ Accounting, per pool P (P "or below" = P and its descendants):
   kubelet already admitted the pod, and Burstable limits legitimately add up to more than the
   machine has.
 
+kubelet's CPU manager options (`fullPCPUsOnly` and the others, `kubelet_options`) shape the
+exclusive CPUs: which candidates count, which pool serves first, how the CPUs are taken.
+
 Deterministic: the same topology, configuration and sequence of calls give the same answers.
 """
 
