@@ -397,7 +397,8 @@ class TopologyAwarePolicy(Policy):
         # The root's shared CPUs (neither reserved, isolated nor exclusively held), and the
         # reserved CPUs for a container that would run on them without `cpu.preserve`.
         shared = self._shared(0)
-        return shared | self.reserved if self._wants_reserved(request) else shared
+        reserved = self.reserved - kopts.strict_reserved(self.config, self.reserved, request)
+        return shared | reserved if self._wants_reserved(request) else shared
 
     # ----- deciding ------------------------------------------------------------------------
 

@@ -443,3 +443,24 @@ def test_alignment_options_through_plan(
         found[on] = {k for k, cpus in topology.units(level).items() if cpus & got}
     assert len(found[True]) == 1
     assert len(found[False]) == 2  # without the option: whole cores from both
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_strict_reservation_holds_for_preserved_containers(
+    topologies: dict[str, Topology], policy: str
+) -> None:
+    """cpu.preserve keeps kubelet's CPUs cut to what the container may share: under
+    strictCPUReservation never the reserved CPUs outside reservedNamespaces."""
+    reserved = CPUSet.parse("0,40")
+    made = make_policy(topologies[SPREAD], config(policy, strictCPUReservation=True).policy)
+    for namespace, allowed in (("prod", False), ("kube-system", True)):
+        request = ContainerRequest(
+            pod_uid=f"u-{namespace}",
+            pod_name="p",
+            namespace=namespace,
+            container="c",
+            qos="BestEffort",
+            preferences=Preferences(preserve=True, reserved=True),
+        )
+        cpus = made.admit(request).cpus
+        assert cpus is not None and bool(cpus & reserved) is allowed, (namespace, cpus)
