@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enforcer.decode import ContainerRequest
 from enforcer.engine import ContainerView
 from enforcer.policy import BalloonView, Policy, PoolView
-from enforcer.policy.topology_aware import format_bytes
+from enforcer.policy.pool_math import format_bytes
 from enforcer.topology import CPUSet, Topology
 
 

@@ -33,6 +33,7 @@ from resource_contract.classes import (
     reserved_name_problem,
 )
 from resource_contract.cpu_classes import CpuClassAccess
+from resource_contract.cpu_options import kubelet_option_problems
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -180,6 +181,13 @@ class PolicyConfig(_Strict):
     reservedNamespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
     # balloons: the types, in order (the first whose namespaces match takes a container).
     balloonTypes: list[BalloonType] = Field(default_factory=list)
+    # kubelet's CPU manager policy options of the same names (static and topology-aware).
+    fullPCPUsOnly: bool = False
+    distributeCPUsAcrossNUMA: bool = False
+    distributeCPUsAcrossCores: bool = False
+    alignBySocket: bool = False
+    strictCPUReservation: bool = False
+    preferAlignCPUsByUncoreCache: bool = False
 
     @field_validator("balloonTypes")
     @classmethod
@@ -470,6 +478,7 @@ def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
         raise ConfigError(problems) from None
     problems = [problem for check in checks for problem in check(config)]
     problems += _balloon_problems(config)
+    problems += kubelet_option_problems(config.policy, config.nodeResourceTopology)
     for kind in ("rdt", "blockio"):
         configured = config.configured_classes(kind)
         for name in getattr(config.classAccess, kind):

@@ -8,11 +8,10 @@ balloon types describe, and that inflate and deflate with their containers' CPU 
   max(minCPUs, ceil(sum of its containers' CPU requests / 1000), 1 while it has containers)
   CPUs, never more than maxCPUs (0: no bound). `minBalloons` of each type exist from the
   start (types of higher `allocatorPriority` get their CPUs first); at most `maxBalloons`.
-- A container joins, in this order of preference: the balloon its pod's other containers are
-  in (or, with preferSpreadingPods, one without them), one of its namespace (with
-  preferPerNamespaceBalloon), an existing balloon (a new one with preferNewBalloons), one
-  with room already, one that can inflate, the tightest fit. Where none can take it, a new
-  balloon is made; where that cannot be either, it is refused naming the type and its limits.
+- A container joins the balloon it was in before a restart, else the one it runs on, else
+  where its affinity rules pull it; among what remains, the NRI balloons policy's fill chain
+  decides (`balloon_fill`: same pod, same namespace, most free CPU without inflating, then
+  inflated, a new balloon). Where none can take it, it is refused naming the type and limits.
 - CPUs come from the shared allocator: a new balloon from the smallest topology unit with
   room, on whole cores; an inflating one from the free CPUs nearest to those it has (same
   core, L3 group, NUMA node, die, socket); a deflating one gives back those whose loss
@@ -35,12 +34,18 @@ from typing import Any
 
 from enforcer.cpuallocator import allocate_cpus, release_cpus
 from enforcer.decode import ContainerRequest
+from enforcer.policy.balloon_fill import (
+    NEW,
+    NEW_RANK,
+    Instance,
+    choose,
+    fill_chain,
+    ranked,
+)
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
-from enforcer.policy.topology_aware import subject_of
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.affinity import weight_towards
 from resource_contract.config import (
     DEFAULT_BALLOON,
     RESERVED_BALLOON,
@@ -344,65 +349,43 @@ class BalloonsPolicy(Policy):
         keep: CPUSet | None,
         hint: str | None,
     ) -> Balloon | None:
-        """The balloon request joins (a new one already added), or None when none can."""
+        """The balloon request joins (a new one already added), or None when none can.
+
+        First what only we know: the balloon it was in before a restart, the one whose CPUs
+        it runs on, where its affinity rules pull it; then the peer's fill chain
+        (`balloon_fill`) among the balloons that remain."""
         free = len(self._free())
-        options: list[tuple[tuple[int, ...], Balloon | None]] = []
-        for b in self.balloons:
+        options: list[tuple[tuple[int, ...], Instance | None]] = []
+        for index, b in enumerate(self.balloons):
             if b.type != btype.name:
                 continue
             size = self._size(btype, b.milli + milli, len(b.members) + 1)
-            grow = size - len(b.cpus)
-            if (btype.maxCPUs and size > btype.maxCPUs) or grow > free:
+            if (btype.maxCPUs and size > btype.maxCPUs) or size - len(b.cpus) > free:
                 continue
-            options.append((self._rank(request, btype, b, size, keep, hint), b))
+            members = [self.admitted[k].request for k in b.members if k in self.admitted]
+            most = len(b.cpus) + free
+            most = min(most, btype.maxCPUs) if btype.maxCPUs else most
+            shape = (b.name, index, b.cpus, most, b.milli, len(b.members))
+            options.append(ranked(request, members, shape, keep, hint))
         count = sum(1 for b in self.balloons if b.type == btype.name)
         size = self._size(btype, milli, 1)
         fits = not btype.maxCPUs or size <= btype.maxCPUs
         if fits and (not btype.maxBalloons or count < btype.maxBalloons) and size <= free:
-            options.append((self._rank(request, btype, None, size, keep, hint), None))
+            options.append((NEW_RANK, None))
         if not options:
             return None
-        best = min(options, key=lambda o: o[0])[1]
-        if best is None:
-            best = self._new_balloon(btype, size)
-        return best
-
-    def _rank(
-        self,
-        request: ContainerRequest,
-        btype: BalloonType,
-        b: Balloon | None,
-        size: int,
-        keep: CPUSet | None,
-        hint: str | None,
-    ) -> tuple[int, ...]:
-        """Lower is better (see the module's docstring for the order)."""
-        members = [self.admitted[k].request for k in (b.members if b else {}) if k in self.admitted]
-        # Affinity rules pull the container into a balloon (positive) or push it out.
-        attraction = 0
-        if request.affinity:
-            me = subject_of(request)
-            attraction = sum(weight_towards(request.affinity, me, subject_of(m)) for m in members)
-        same_pod = sum(1 for m in members if m.pod_uid == request.pod_uid)
-        pod_key = same_pod if btype.preferSpreadingPods else (0 if same_pod else 1)
-        ns_key = 0
-        if btype.preferPerNamespaceBalloon:
-            namespaces = {m.namespace for m in members}
-            ns_key = 1 if not namespaces else (0 if namespaces == {request.namespace} else 2)
-        new = b is None
-        new_key = (0 if new else 1) if btype.preferNewBalloons else (1 if new else 0)
-        grow = size - (len(b.cpus) if b else 0)
-        return (
-            0 if b is not None and b.name == hint else 1,  # where it was before a restart
-            -len(b.cpus & keep) if b is not None and keep else 0,  # where it runs
-            -attraction,
-            pod_key,
-            ns_key,
-            new_key,
-            1 if grow > 0 else 0,  # room already
-            grow if grow > 0 else -grow,  # least growth, or the tightest fit
-            b.instance if b else 1 << 30,
+        first = min(key for key, _ in options)
+        chain = fill_chain(
+            prefer_spreading_pods=btype.preferSpreadingPods,
+            prefer_per_namespace=btype.preferPerNamespaceBalloon,
+            prefer_new=btype.preferNewBalloons,
         )
+        instances = [i for key, i in options if key == first and i is not None]
+        new_possible = any(key == first and i is None for key, i in options)
+        chosen = choose(chain, instances, milli, new_possible=new_possible)
+        if isinstance(chosen, Instance):
+            return self.balloons[chosen.index]
+        return self._new_balloon(btype, size) if chosen == NEW else None
 
     def _refusal(self, where: str, btype: BalloonType, milli: int) -> PlacementError:
         limits = (

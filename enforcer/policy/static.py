@@ -4,19 +4,33 @@ Guaranteed containers with a whole-CPU request get CPUs of their own, taken alon
 topology, unless they prefer shared CPUs (`prefer-shared-cpus`); every other container runs
 on the shared pool: all available CPUs that nobody holds, reserved ones included. A preserved
 container (`cpu.preserve`) keeps the CPUs kubelet asked for that are in the shared pool.
+kubelet's policy options (`fullPCPUsOnly` and the others, `kubelet_options`) shape the
+exclusive CPUs as kubelet's do.
 """
 
 from __future__ import annotations
 
-from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
+from enforcer.cpuallocator import NotEnoughCPUs, SMTAlignmentError, take_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
+from enforcer.policy.kubelet_options import (
+    check_machine,
+    cpu_options,
+    smt_refusal,
+    strict_reserved,
+)
 from enforcer.policy.model import Admitted, Placement, PlacementError
-from enforcer.topology import CPUSet
+from enforcer.topology import CPUSet, Topology
+from resource_contract.config import PolicyConfig
 
 
 class StaticPolicy(Policy):
     name = "static"
+
+    def __init__(self, topology: Topology, config: PolicyConfig) -> None:
+        super().__init__(topology, config)
+        check_machine(topology, config)
+        self.cpu_options = cpu_options(config)
 
     # The shared pool is asked for once per container on every re-pin sweep: kept until the
     # admissions change rather than recomputed from all of them each time.
@@ -38,8 +52,9 @@ class StaticPolicy(Policy):
 
     def _exclusive_free(self) -> CPUSet:
         free = self.available - self.reserved - self.taken
-        if not self.reserved and free:
-            # The shared pool must never be empty: without reserved CPUs keep one back.
+        if (not self.reserved or self.config.strictCPUReservation) and free:
+            # The shared pool must never be empty: without reserved CPUs (or with reserved
+            # CPUs that only reservedNamespaces share, strictCPUReservation) keep one back.
             free = free - CPUSet.of(max(free))
         return free
 
@@ -68,7 +83,10 @@ class StaticPolicy(Policy):
             if wanted and len(wanted) == count and wanted <= free:
                 return wanted
         try:
-            return allocate_cpus(self.topology, free, count)
+            return take_cpus(self.topology, free, count, self.cpu_options)
+        except SMTAlignmentError as exc:
+            self._readmit(previous)
+            raise smt_refusal(request, exc) from None
         except NotEnoughCPUs:
             self._readmit(previous)
             raise PlacementError(
@@ -86,7 +104,13 @@ class StaticPolicy(Policy):
 
     def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
         # Like every shared container here, reserved CPUs included (kubelet's static policy).
-        return self.shared_pool
+        return self._shared_for(request)
+
+    def _shared_for(self, request: ContainerRequest) -> CPUSet:
+        """The shared pool, less the reserved CPUs under strictCPUReservation for a pod
+        outside reservedNamespaces (never empty: a CPU is kept out of exclusive use)."""
+        off = strict_reserved(self.config, self.reserved, request)
+        return self.shared_pool - off if off else self.shared_pool
 
     def placement(self, key: str) -> Placement:
         entry = self.admitted[key]
@@ -97,4 +121,4 @@ class StaticPolicy(Policy):
             return Placement(entry.exclusive, None, entry.exclusive, "exclusive", "exclusive")
         if entry.kind == "held":
             return Placement(entry.exclusive, None, entry.exclusive, "held", entry.pool)
-        return Placement(self.shared_pool, None, CPUSet(), "shared", "shared")
+        return Placement(self._shared_for(entry.request), None, CPUSet(), "shared", "shared")

@@ -35,19 +35,31 @@ Accounting, per pool P (P "or below" = P and its descendants):
   kubelet already admitted the pod, and Burstable limits legitimately add up to more than the
   machine has.
 
+kubelet's CPU manager options (`fullPCPUsOnly` and the others, `kubelet_options`) shape the
+exclusive CPUs: which candidates count, which pool serves first, how the CPUs are taken.
+
 Deterministic: the same topology, configuration and sequence of calls give the same answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from enforcer.cpuallocator import allocate_cpus, release_cpus
+from enforcer.cpuallocator import (
+    SMTAlignmentError,
+    allocate_cpus,
+    cpus_per_core,
+    release_cpus,
+    take_cpus,
+    usable,
+)
 from enforcer.decode import ContainerRequest
+from enforcer.policy import kubelet_options as kopts
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
+from enforcer.policy.pool_math import closeness, format_bytes, split_memory, whole_cores_count
 from enforcer.topology import CPUSet, Topology
 from resource_contract.affinity import Subject, weight_towards
 from resource_contract.config import PolicyConfig
@@ -189,15 +201,15 @@ class TopologyAwarePolicy(Policy):
 
     def __init__(self, topology: Topology, config: PolicyConfig) -> None:
         super().__init__(topology, config)
+        kopts.check_machine(topology, config)
+        self.cpu_options = kopts.cpu_options(config)
         self._pools = build_pool_tree(topology, self.available, self.reserved)
         self._by_name = {p.name: p for p in self._pools}
         depths = sorted({p.depth for p in self._pools}, reverse=True)
         # Deepest (tightest) level first: the search stops at the first level that serves.
         self._levels = [[p for p in self._pools if p.depth == d] for d in depths]
         self._leaf = {cpu: p.index for p in self._pools for cpu in p.cpus}  # deepest wins
-        self._closeness = [
-            [_closeness(a, b, self._pools) for b in self._pools] for a in self._pools
-        ]
+        self._closeness = [[closeness(a, b, self._pools) for b in self._pools] for a in self._pools]
         self._reserved_mems = topology.memory_nodes_of_cpus(self.reserved)
         n = len(self._pools)
         self._taken = _EMPTY
@@ -352,6 +364,11 @@ class TopologyAwarePolicy(Policy):
         if prefs.preserve:
             return Need("preserved")
         if self._wants_reserved(request) and self.reserved:
+            if (
+                self.config.strictCPUReservation
+                and request.namespace not in self.config.reservedNamespaces
+            ):
+                raise kopts.strict_refusal(request)
             return Need("reserved", milli=milli, memory=memory)
         prefer_shared = prefs.shared
         if prefer_shared is None:
@@ -360,6 +377,8 @@ class TopologyAwarePolicy(Policy):
         if request.qos != "Guaranteed" or milli < 1000 or prefer_shared:
             return Need("shared", milli=milli, memory=memory)
         whole, fraction = divmod(milli, 1000)
+        if fraction and self.cpu_options.full_pcpus_only and whole % cpus_per_core(self.topology):
+            return Need("shared", milli=milli, memory=memory)  # kubelet: fractional is shared
         if fraction:
             return Need("mixed", exclusive=whole, milli=fraction, memory=memory)
         isolated = prefs.isolated
@@ -378,7 +397,8 @@ class TopologyAwarePolicy(Policy):
         # The root's shared CPUs (neither reserved, isolated nor exclusively held), and the
         # reserved CPUs for a container that would run on them without `cpu.preserve`.
         shared = self._shared(0)
-        return shared | self.reserved if self._wants_reserved(request) else shared
+        reserved = self.reserved - kopts.strict_reserved(self.config, self.reserved, request)
+        return shared | reserved if self._wants_reserved(request) else shared
 
     # ----- deciding ------------------------------------------------------------------------
 
@@ -468,17 +488,21 @@ class TopologyAwarePolicy(Policy):
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
         siblings = self._attraction(request)
+        kopts.check_whole(self.topology, request, need.exclusive, self.cpu_options)
         if need.isolated:
             found = self._search_isolated(need, siblings)
             if found is not None:
                 pool, cpus = found
                 return self._entry(request, need, pool, cpus)
         if need.exclusive:
-            found = self._search_exclusive(need, siblings)
-            if found is not None:
-                pool, candidates = found
-                cpus = allocate_cpus(self.topology, candidates, need.exclusive)
-                return self._entry(request, need, pool, cpus)
+            try:
+                found = self._search_exclusive(need, siblings)
+                if found is not None:
+                    pool, candidates = found
+                    cpus = take_cpus(self.topology, candidates, need.exclusive, self.cpu_options)
+                    return self._entry(request, need, pool, cpus)
+            except SMTAlignmentError as exc:
+                raise kopts.smt_refusal(request, exc) from None
         else:
             shared = self._search_shared(need, siblings)
             if shared is not None:
@@ -515,7 +539,7 @@ class TopologyAwarePolicy(Policy):
         extra_count = 1 if need.shares else 0
         # No pool can give more whole cores than the whole machine: once a pool gives that
         # many, shallower (looser) pools cannot beat it.
-        ideal = _whole_cores(self._pools[0].cores, self._shared(0), n)
+        ideal = self._fit(self._pools[0], self._shared(0), n)
         best: tuple[tuple[int, ...], Pool, CPUSet, int] | None = None
         for level in self._levels:
             for pool in level:
@@ -529,7 +553,7 @@ class TopologyAwarePolicy(Policy):
                 candidates = self._candidates(pool)
                 if len(candidates) < n:
                     continue
-                whole = _whole_cores(pool.cores, candidates, n)
+                whole = self._fit(pool, candidates, n)
                 key = (
                     -whole,  # never split a core while a pool offers whole ones
                     -pool.depth,
@@ -541,9 +565,21 @@ class TopologyAwarePolicy(Policy):
                 )
                 if best is None or key < best[0]:
                     best = (key, pool, candidates, whole)
-            if best is not None and best[3] >= ideal:
+            # alignBySocket: within one socket while one can take it, split cores or not.
+            if best is not None and (best[3] >= ideal or self._aligned(best[1])):
                 break
         return None if best is None else (best[1], best[2])
+
+    def _fit(self, pool: Pool, candidates: CPUSet, n: int) -> int:
+        """How well `candidates` serve n CPUs: whole cores, or distinct cores to spread on."""
+        if self.cpu_options.distribute_across_cores:
+            return kopts.spread_capacity(self.topology, candidates, n)
+        return whole_cores_count(pool.cores, candidates, n)
+
+    def _aligned(self, pool: Pool) -> bool:
+        """alignBySocket: a pool within one socket; preferAlignCPUsByUncoreCache: within one
+        L3 group. Such a pool serves before looser ones, split cores or not."""
+        return kopts.aligned(self.topology, self.cpu_options, pool.cpus)
 
     def _search_shared(self, need: Need, siblings: Sequence[tuple[int, int]]) -> Pool | None:
         best: tuple[tuple[int, ...], Pool] | None = None
@@ -583,7 +619,8 @@ class TopologyAwarePolicy(Policy):
             f"pod {request.namespace}/{request.pod_name} container {request.container}: "
             f"asked for {need.describe()}; no pool has room: the best, {best.name}, has "
             f"{exclusive} CPU{'' if exclusive == 1 else 's'} free for exclusive use, "
-            f"{shared}m shared CPU{memory} free",
+            f"{shared}m shared CPU{memory} free"
+            + (" (fullPCPUsOnly: whole cores only)" if self.cpu_options.full_pcpus_only else ""),
             nearest_pool=best.name,
         )
 
@@ -599,7 +636,7 @@ class TopologyAwarePolicy(Policy):
         """Shared CPUs the pool must keep for what is granted in it and below."""
         granted = self._granted[index] + milli
         required = -(-granted // 1000)
-        if required or (index == 0 and self.reserved):
+        if required or (index == 0 and self.reserved and not self.config.strictCPUReservation):
             # The root's containers with nothing granted run on the reserved CPUs when no
             # shared CPU is left (see `placement`), as they do under static and kubelet.
             return required
@@ -611,7 +648,7 @@ class TopologyAwarePolicy(Policy):
         """The pool's CPUs that may go exclusive without starving a descendant's grants."""
         shared = self._shared(pool.index)
         protected = self._protected(pool)
-        return shared - protected if protected else shared
+        return usable(self.topology, shared - protected if protected else shared, self.cpu_options)
 
     def _protected(self, pool: Pool) -> CPUSet:
         out = _EMPTY
@@ -764,42 +801,3 @@ def subject_of(request: ContainerRequest) -> Subject:
         request.pod_uid,
         dict(request.labels),
     )
-
-
-def split_memory(topology: Topology, amount: int, nodes: Iterable[int]) -> dict[int, int]:
-    """`amount` bytes over `nodes` in proportion to their size; exact, deterministic."""
-    sizes = [(n, topology.nodes[n].memory_bytes) for n in sorted(nodes)]
-    total = sum(size for _, size in sizes)
-    if total <= 0 or amount <= 0:
-        return {}
-    shares = {n: amount * size // total for n, size in sizes}
-    biggest = max(sizes, key=lambda s: (s[1], -s[0]))[0]
-    shares[biggest] += amount - sum(shares.values())  # the rounding remainder
-    return {n: a for n, a in shares.items() if a}
-
-
-def _whole_cores(cores: Sequence[CPUSet], free: CPUSet, n: int) -> int:
-    """How many of n CPUs can come as whole idle cores out of `free`, biggest cores first."""
-    total = 0
-    for size in sorted(map(len, filter(free.issuperset, cores)), reverse=True):
-        if total + size <= n:
-            total += size
-            if total == n:
-                break
-    return total
-
-
-def _closeness(a: Pool, b: Pool, pools: Sequence[Pool]) -> int:
-    """How close two pools are: the depth of their lowest common ancestor, plus one when they
-    are the same pool."""
-    common = set(a.chain) & set(b.chain)
-    depth = max(pools[i].depth for i in common)
-    return depth + (1 if a.index == b.index else 0)
-
-
-def format_bytes(amount: int) -> str:
-    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if amount >= size:
-            value = amount / size
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return f"{amount}B"

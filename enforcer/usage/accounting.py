@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from enforcer.policy import Policy
-from enforcer.policy.topology_aware import split_memory
+from enforcer.policy.pool_math import split_memory
 from enforcer.topology import CPUSet, Topology
 
 USES = ("reserved", "shared", "exclusive", "isolated", "free")

@@ -211,9 +211,12 @@ def test_an_existing_balloon_with_room_before_inflating_before_a_new_one() -> No
 def test_containers_of_a_pod_stay_together_by_default() -> None:
     p = balloons([{"name": "t", "namespaces": ["*"], "minBalloons": 2, "minCPUs": 1}])
     assert p.admit(req("a", 500, pod="p1")).pool == "t[0]"
-    assert p.admit(req("x", 500, pod="p2")).pool == "t[0]"  # room in t[0] (tightest fit)
-    p.admit(req("b", 900, pod="p2"))
-    assert p.placement(key("b", "p2")).pool == "t[0]"
+    assert p.admit(req("x", 500, pod="p2")).pool == "t[1]"  # the most free CPU (balanced)
+    # Both have 500m free now; the first would win a tie, but the pod's balloon comes first.
+    p.admit(req("b", 400, pod="p2"))
+    assert p.placement(key("b", "p2")).pool == "t[1]"
+    # Too big for t[1] without inflating: it inflates rather than leave the pod.
+    assert p.admit(req("c", 900, pod="p2")).pool == "t[1]"
 
 
 def test_prefer_spreading_pods_puts_a_pods_containers_in_different_balloons() -> None:
