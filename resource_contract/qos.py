@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
+from resource_contract.pod_resources import pod_level_qos, spec_containers
 from resource_contract.quantities import parse_quantity
 
 QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
@@ -22,7 +23,12 @@ def _positive(quantities: Iterable[tuple[str, Any]]) -> dict[str, Decimal]:
 
 
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:
-    """The pod's QoS class by the API server's rules, over containers and init containers."""
+    """The pod's QoS class by the API server's rules: from its pod-level resources
+    (`spec.resources`) when it has them, else over containers and init containers."""
+    pod = spec.get("resources") or {}
+    by_pod = pod_level_qos(pod.get("requests"), pod.get("limits"), spec_containers(spec))
+    if by_pod is not None:
+        return by_pod
     containers = []
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         resources = container.get("resources") or {}

@@ -27,14 +27,19 @@ from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import (
     Denial,
     Pairs,
+    PodResourcesInput,
     Policy,
     check_annotations,
+    check_pod_quantities,
     compact_json,
     container_classes,
     is_request_key,
+    pod_resources_entry,
     quantity_denial,
     quantity_text,
 )
+from resource_contract.pod_resources import PodContainer, pod_level_qos
+from resource_contract.qos import QoSClass
 from resource_contract.quantities import PARSED, parse_quantity
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, SeenBefore, deep_size
 from webhook.shapes import PodS, PodSpecS
@@ -293,6 +298,10 @@ class Mutator:
             check_annotations(dict(pairs), namespace, names, self.policy)
             raise bad
         qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
+        pod_entry: dict[str, dict[str, str]] | None = None
+        if spec.resources is not None and (spec.resources.requests or spec.resources.limits):
+            pod_entry, by_pod = self._pod_level(spec, pairs, namespace)
+            qos = by_pod or qos
         memo_key = (pairs, namespace, len(init), tuple(names), qos)
         classes: _Classes | None = self.parts.get(memo_key)
         if classes is None:
@@ -307,7 +316,40 @@ class Mutator:
             if numbers:
                 entry["requests"] = {k: quantity_text(v) for k, v in entry["requests"].items()}
                 entry["limits"] = {k: quantity_text(v) for k, v in entry["limits"].items()}
-        return annotation_json({"containers": containers_out, "initContainers": init_out})
+        value: dict[str, Any] = {"containers": containers_out, "initContainers": init_out}
+        if pod_entry is not None:
+            value["pod"] = pod_entry
+        return annotation_json(value)
+
+    def _pod_level(
+        self, spec: PodSpecS, pairs: Pairs, namespace: str
+    ) -> tuple[dict[str, dict[str, str]], QoSClass | None]:
+        """The annotation's `pod` entry and the QoS class the pod-level resources give (None:
+        the containers decide). Rare, so the contract's plain code does it; a bad quantity is
+        refused after the annotations' checks, as compute_annotation does."""
+        resources = spec.resources
+        assert resources is not None
+        given = PodResourcesInput(
+            tuple((resources.requests or {}).items()), tuple((resources.limits or {}).items())
+        )
+        try:
+            check_pod_quantities(given)
+        except Denial:
+            names = [c.name for c in (*(spec.initContainers or ()), *spec.containers)]
+            check_annotations(dict(pairs), namespace, names, self.policy)
+            raise
+        members = [
+            PodContainer(
+                (c.resources.requests or {}) if c.resources else {},
+                (c.resources.limits or {}) if c.resources else {},
+                init=init,
+                restartable=init and c.restartPolicy == "Always",
+            )
+            for group, init in ((spec.initContainers or (), True), (spec.containers, False))
+            for c in group
+        ]
+        by_pod = pod_level_qos(dict(given.requests), dict(given.limits), members)
+        return pod_resources_entry(given), by_pod
 
     def _classes(
         self, pairs: Pairs, namespace: str, names: list[str], init: int, qos: str
