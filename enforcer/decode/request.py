@@ -21,6 +21,7 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_shares,
 )
 from enforcer.decode.machine import Machine
+from enforcer.decode.pod_level import PodLevelNumbers, pod_level_numbers_for
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from resource_contract.affinity import AffinityError, AffinityTerm, resolve_affinity
@@ -125,6 +126,11 @@ class ContainerRequest:
     labels: tuple[tuple[str, str], ...] = ()
     # The CPU class its annotations ask for its exclusive CPUs (read by topology-aware).
     cpu_class: str | None = None
+    # Its pod has pod-level resources (spec.resources): like kubelet's static policy, no
+    # exclusive CPUs; on shared CPUs it counts for `pod_share_milli`, its part of the pod's
+    # CPU request (enforcer.decode.pod_level).
+    pod_level: bool = False
+    pod_share_milli: int = field(default=0, metadata=COUNT)
 
     @property
     def key(self) -> str:
@@ -132,11 +138,23 @@ class ContainerRequest:
         return container_key(self.pod_uid, self.container, self.attempt)
 
     @property
+    def exclusive_eligible(self) -> bool:
+        """Whether its QoS class lets it have CPUs of its own: Guaranteed, in a pod without
+        pod-level resources."""
+        return self.qos == "Guaranteed" and not self.pod_level
+
+    @property
     def exclusive_cpus(self) -> int:
         """Whole CPUs a Guaranteed container may have for itself (0 when not eligible)."""
-        if self.qos != "Guaranteed" or self.cpu_request_milli % 1000:
+        if not self.exclusive_eligible or self.cpu_request_milli % 1000:
             return 0
         return self.cpu_request_milli // 1000
+
+    @property
+    def shared_milli(self) -> int:
+        """The milli-CPU it is counted for on shared CPUs: its request, or in a pod with
+        pod-level resources its part of the pod's."""
+        return self.pod_share_milli if self.pod_level else self.cpu_request_milli
 
 
 class DecodeError(Refusal):
@@ -282,7 +300,7 @@ def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
 
 def _resources_entry(
     annotations: Mapping[str, str], container: str, warn: Callable[[str], None], pod: str
-) -> tuple[str, dict[str, int]] | None:
+) -> tuple[str, dict[str, int], PodLevelNumbers | None] | None:
     for key in RESOURCES_KEYS:
         if key not in annotations:
             continue
@@ -296,7 +314,11 @@ def _resources_entry(
             warn(f'pod {pod}: annotation "{key}" has no entry for container {container}')
             return None
         try:
-            return key, _from_annotation({"requests": entry.requests, "limits": entry.limits})
+            by_pod = pod_level_numbers_for(parsed, container)
+            if by_pod is not None:
+                return key, dict(by_pod.numbers), by_pod
+            numbers = _from_annotation({"requests": entry.requests, "limits": entry.limits})
+            return key, numbers, None
         except (ValueError, ArithmeticError) as exc:
             warn(f'pod {pod}: annotation "{key}" container {container}: bad quantity: {exc}')
             return None
@@ -344,8 +366,9 @@ def decode_container(
     parent_qos = qos_from_cgroup_parent(create.cgroup_parent)
     found = _resources_entry(annotations, name, warn, pod)
     source = "cri"
+    by_pod: PodLevelNumbers | None = None
     if found is not None:
-        key, numbers = found
+        key, numbers, by_pod = found
         beyond = _beyond_capacity(numbers, machine)
         contradiction = None if beyond else _contradiction(numbers, res)
         if beyond:
@@ -363,7 +386,8 @@ def decode_container(
     qos: QoSClass
     if source == "cri":
         numbers = estimate_from_cri(res)
-    qos = parent_qos or _qos_from_numbers(numbers)
+        by_pod = None
+    qos = parent_qos or (by_pod.qos if by_pod else _qos_from_numbers(numbers))
 
     def _class(kind: ClassKind, configured: Collection[str] | None) -> ClassRequest | None:
         try:
@@ -433,5 +457,7 @@ def decode_container(
         cpu_class=cpu_class.name if cpu_class else None,
         affinity=affinity,
         labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
+        pod_level=by_pod is not None,
+        pod_share_milli=by_pod.share_milli if by_pod else 0,
         **numbers,
     )

@@ -103,13 +103,15 @@ def linux_resources(
     container: Container,
     qos: str | None = None,
     memory_capacity: int | None = None,
+    spec: Mapping[str, Any] | None = None,
 ) -> api_pb2.LinuxContainerResources:
     """The LinuxContainerResources kubelet sends for ``container``.
 
     ``qos`` and ``memory_capacity`` only matter for ``oom_score_adj``; without ``qos`` that
-    field stays 0 (unset).
+    field stays 0 (unset). ``spec``: the pod's, for its pod-level resources (a container
+    without a limit gets the pod's).
     """
-    wanted = resources_for(container)
+    wanted = resources_for(container, spec)
     res = api_pb2.LinuxContainerResources(
         cpu_period=wanted.cpu_period,
         cpu_quota=wanted.cpu_quota,
@@ -239,7 +241,7 @@ def container_config_for(
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
         linux=api_pb2.LinuxContainerConfig(
-            resources=linux_resources(container, qos, memory_capacity),
+            resources=linux_resources(container, qos, memory_capacity, spec),
             security_context=api_pb2.LinuxContainerSecurityContext(
                 namespace_options=_namespace_options(spec),
                 privileged=bool((container.get("securityContext") or {}).get("privileged")),
