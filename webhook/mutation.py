@@ -218,10 +218,10 @@ class Mutator:
         containers = spec.containers
         init = spec.initContainers or ()
         # Every quantity must parse as the enforcer will parse it, init containers first,
-        # requests before limits; the QoS class (the API server's rules: zero counts as
-        # absent, a missing request is its limit) is found in the same pass.
-        positive = False
-        guaranteed = True
+        # requests before limits; the QoS class (the API server's rules, as
+        # resource_contract.qos: a missing request is its limit, each container classed by
+        # its cpu and memory) is found in the same pass.
+        seen_guaranteed = seen_best_effort = burstable = False
         numbers = False  # a quantity given as a JSON number: its text is written instead
         bad: Denial | None = None
         known = PARSED
@@ -243,11 +243,12 @@ class Mutator:
                 names.append(name)
                 resources = c.resources
                 if resources is None:
-                    guaranteed = False
+                    seen_best_effort = True
                     out[name] = entry = {"requests": {}, "limits": {}}
                     listed.append(entry)
                     continue
-                cpu = memory = limit_cpu = limit_memory = _ZERO
+                cpu = memory = None  # the requests; None: not given
+                limit_cpu = limit_memory = _ZERO
                 part = "requests"
                 try:
                     requests = resources.requests
@@ -278,18 +279,21 @@ class Mutator:
                     break
                 out[name] = entry = {"requests": requests or {}, "limits": limits or {}}
                 listed.append(entry)
-                zero = _ZERO
-                if not positive and (
-                    cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero
-                ):
-                    positive = True
-                if guaranteed and not (
-                    limit_cpu > zero
-                    and limit_memory > zero
-                    and (cpu <= zero or cpu == limit_cpu)
-                    and (memory <= zero or memory == limit_memory)
-                ):
-                    guaranteed = False
+                if not requests and not limits:
+                    seen_best_effort = True
+                    continue
+                if cpu is None:
+                    cpu = limit_cpu
+                if memory is None:
+                    memory = limit_memory
+                if cpu != limit_cpu or memory != limit_memory:
+                    burstable = True
+                elif limit_cpu == _ZERO and limit_memory == _ZERO:
+                    seen_best_effort = True
+                elif limit_cpu == _ZERO or limit_memory == _ZERO:
+                    burstable = True
+                else:
+                    seen_guaranteed = True
             if bad is not None:
                 break
         if bad is not None:
@@ -297,7 +301,10 @@ class Mutator:
             names = [c.name for c in (*init, *containers)]
             check_annotations(dict(pairs), namespace, names, self.policy)
             raise bad
-        qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
+        if burstable or (seen_guaranteed and seen_best_effort):
+            qos = "Burstable"
+        else:
+            qos = "Guaranteed" if seen_guaranteed else "BestEffort"
         pod_entry: dict[str, dict[str, str]] | None = None
         if spec.resources is not None and (spec.resources.requests or spec.resources.limits):
             pod_entry, by_pod = self._pod_level(spec, pairs, namespace)

@@ -10,6 +10,7 @@ compute, and the webhook's own fast path.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -315,3 +316,33 @@ def test_without_pod_level_resources_the_containers_decide_as_before(
 ) -> None:
     containers = [c(f"c{i}", dict(m.requests), dict(m.limits)) for i, m in enumerate(members)]
     assert qos_class(spec_of(empty, containers, [])) == qos_class({"containers": containers})
+
+
+# --- against Kubernetes' own code --------------------------------------------------------------
+
+GOLDEN = Path(__file__).parents[1] / "testdata" / "k8s-qos" / "pods-v1.37.2.jsonl"
+_GOLDEN = [json.loads(line) for line in GOLDEN.read_text().splitlines()]
+
+
+def test_the_classes_are_those_kubernetes_own_code_gives() -> None:
+    """300 pods classed by k8s.io/kubernetes v1.37.2 (testdata/k8s-qos/README.md), through the
+    contract's qos_class and the webhook's fast path (its QoS-named default class shows it)."""
+    policy = Policy(
+        configured={
+            "rdt": frozenset({"Guaranteed", "Burstable", "BestEffort"}),
+            "blockio": frozenset(),
+        }
+    )
+    wrong = []
+    for i, row in enumerate(_GOLDEN):
+        spec = row["spec"]
+        if qos_class(spec) != row["qos"]:
+            wrong.append((i, "qos_class", qos_class(spec), row["qos"]))
+        try:
+            value = json.loads(mutate_pod({"spec": spec}, namespace="d", policy=policy).annotation)
+        except Denial:
+            continue  # a quantity the enforcer cannot read is refused before any class
+        first = next(iter(value["containers"].values()))
+        if first["classes"]["rdt"] != row["qos"]:
+            wrong.append((i, "webhook", first["classes"]["rdt"], row["qos"]))
+    assert wrong == []
