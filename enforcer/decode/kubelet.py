@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from resource_contract.pod_resources import (
+    aggregate,
     container_requests,
     default_pod_resources,
+    is_supported,
     pod_level_set,
     spec_containers,
 )
-from resource_contract.quantities import int_value, milli_value
+from resource_contract.quantities import int_value, milli_value, parse_quantity
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
@@ -123,6 +125,34 @@ def resources_for(
         cpu_quota=milli_cpu_to_quota(numbers["cpu_limit_milli"]),
         cpu_period=QUOTA_PERIOD,
         memory_limit=numbers["memory_limit"],
+    )
+
+
+def sandbox_resources_for(spec: Mapping[str, Any]) -> KubeletResources:
+    """What kubelet puts in LinuxPodSandboxConfig.resources: the pod's requests and limits
+    (its pod-level ones where it has them, else its containers' together, KEP-753), without
+    the overhead (kuberuntime's calculateSandboxResources)."""
+    members = spec_containers(spec)
+    requests = aggregate(
+        (
+            {k: parse_quantity(v) for k, v in container_requests(c.requests, c.limits).items()},
+            c,
+        )
+        for c in members
+    )
+    limits = aggregate(({k: parse_quantity(v) for k, v in c.limits.items()}, c) for c in members)
+    resources = spec.get("resources") or {}
+    if pod_level_set(resources.get("requests"), resources.get("limits")):
+        pod_requests, pod_limits = default_pod_resources(
+            resources.get("requests"), resources.get("limits"), members
+        )
+        requests.update((k, v) for k, v in pod_requests.items() if is_supported(k))
+        limits.update((k, v) for k, v in pod_limits.items() if is_supported(k))
+    return KubeletResources(
+        cpu_shares=milli_cpu_to_shares(milli_value(requests["cpu"]) if "cpu" in requests else 0),
+        cpu_quota=milli_cpu_to_quota(milli_value(limits["cpu"])) if "cpu" in limits else 0,
+        cpu_period=QUOTA_PERIOD,
+        memory_limit=int_value(limits["memory"]) if "memory" in limits else 0,
     )
 
 
