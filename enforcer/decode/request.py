@@ -79,6 +79,9 @@ class ContainerCreate:
     resources: KubeletResources
     attempt: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)  # the pod's
+    # The pod's own resources as kubelet sent them with the sandbox (its requests and limits
+    # together, or its pod-level ones), when the runtime passes them on.
+    pod_resources: KubeletResources | None = None
 
 
 # The metadata of a field that holds a count, never negative: a saved state's checks
@@ -287,6 +290,22 @@ def _clipped(text: str) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
+def _borrowed_budget(
+    numbers: Mapping[str, int], pod: KubeletResources | None
+) -> PodLevelNumbers | None:
+    """Without an annotation: a container whose CPU request (from its shares) is above its
+    pod's can only have been given its pod's pod-level CPU limit by kubelet (a pod's request
+    is never below one of its containers' otherwise), so its pod has pod-level resources: no
+    exclusive CPUs, and it counts for at most the pod's request. None when that cannot be
+    told (a pod-level budget with requests equal to limits looks like a one-container pod)."""
+    if pod is None or pod.cpu_shares <= MIN_SHARES:
+        return None
+    pod_request = estimate_from_cri(pod)["cpu_request_milli"]
+    if numbers["cpu_request_milli"] <= pod_request:
+        return None
+    return PodLevelNumbers(dict(numbers), pod_request, "Burstable")
+
+
 def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
     # Only used when the cgroup parent is not kubelet's; judges this container alone.
     cpu_r, cpu_l = numbers["cpu_request_milli"], numbers["cpu_limit_milli"]
@@ -369,7 +388,10 @@ def decode_container(
     by_pod: PodLevelNumbers | None = None
     if found is not None:
         key, numbers, by_pod = found
-        beyond = _beyond_capacity(numbers, machine)
+        # In a pod with pod-level resources a container is held against the node for its part
+        # of the pod's request (kubelet gives one without a request the pod's CPU limit).
+        held = numbers if by_pod is None else {**numbers, "cpu_request_milli": by_pod.share_milli}
+        beyond = _beyond_capacity(held, machine)
         contradiction = None if beyond else _contradiction(numbers, res)
         if beyond:
             warn(
@@ -386,7 +408,7 @@ def decode_container(
     qos: QoSClass
     if source == "cri":
         numbers = estimate_from_cri(res)
-        by_pod = None
+        by_pod = _borrowed_budget(numbers, create.pod_resources)
     qos = parent_qos or (by_pod.qos if by_pod else _qos_from_numbers(numbers))
 
     def _class(kind: ClassKind, configured: Collection[str] | None) -> ClassRequest | None:

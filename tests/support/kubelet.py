@@ -31,7 +31,13 @@ import grpc
 
 from enforcer.controllers.cgroups import cgroup_path
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.decode.kubelet import cgroup_parent_for, requests_and_limits, resources_for
+from enforcer.decode.kubelet import (
+    cgroup_parent_for,
+    pod_level_of,
+    requests_and_limits,
+    resources_for,
+    sandbox_resources_for,
+)
 from resource_contract.qos import qos_class
 from resource_contract.quantities import int_value
 
@@ -176,7 +182,7 @@ def sandbox_config_for(
     labels = dict(meta.get("labels") or {})
     labels.update({LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid})
     spec = pod.get("spec") or {}
-    return api_pb2.PodSandboxConfig(
+    config = api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(
             name=name, uid=uid, namespace=namespace, attempt=attempt
         ),
@@ -190,6 +196,19 @@ def sandbox_config_for(
             ),
         ),
     )
+    if pod_level_of(spec) is not None:
+        # kubelet sends every pod's resources here (calculateSandboxResources); the emulator
+        # only those of pods with pod-level resources, where the enforcer reads them.
+        pod_res = sandbox_resources_for(spec)
+        config.linux.resources.CopyFrom(
+            api_pb2.LinuxContainerResources(
+                cpu_period=pod_res.cpu_period,
+                cpu_quota=pod_res.cpu_quota,
+                cpu_shares=pod_res.cpu_shares,
+                memory_limit_in_bytes=pod_res.memory_limit,
+            )
+        )
+    return config
 
 
 def container_config_for(

@@ -144,3 +144,52 @@ def test_every_policy_places_a_pod_level_guaranteed_pod_on_shared_cpus(policy: s
     (request,) = decode_all(admitted(plain))
     if policy != "balloons":
         assert len(placer.admit(request).exclusive) == 2
+
+
+def test_without_the_annotation_a_borrowed_pod_limit_is_recognised() -> None:
+    """A Burstable pod-level budget (1 CPU requested, 8 allowed) on a 4-CPU node: kubelet gives
+    each bare container the pod's 8-CPU limit as its CPU request. A container's request above
+    its pod's (LinuxPodSandboxConfig.resources) can only be that, so even without the
+    annotation it gets no exclusive CPUs and counts for at most the pod's request (with the
+    annotation, for its share of it): the topology-aware policy places it instead of refusing
+    8 CPUs of shared CPU."""
+    spec = {
+        "resources": {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "8"}},
+        "containers": [{"name": "a"}, {"name": "b"}],
+    }
+    topology = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)
+    for annotate in (False, True):
+        warnings: list[str] = []
+        decoded = decode_all(admitted(json.loads(json.dumps(spec)), annotate=annotate), warnings)
+        assert warnings == []
+        placer = make_policy(
+            topology, PolicyConfig.model_validate({"name": "topology-aware", "reservedCPUs": "0"})
+        )
+        for got in decoded:
+            assert (got.qos, got.pod_level, got.exclusive_cpus) == ("Burstable", True, 0)
+            assert got.cpu_request_milli == 8000  # kubelet's shares, as they are
+            assert got.shared_milli == (500 if annotate else 1000)
+            assert placer.admit(got).exclusive == CPUSet()
+        assert {d.source for d in decoded} == {RESOURCES_KEY if annotate else "cri"}
+
+
+def test_a_one_container_pod_is_not_taken_for_a_borrowed_budget() -> None:
+    """Without pod-level resources a container's request never exceeds its pod's: the
+    sandbox's resources change nothing (a Guaranteed container keeps its exclusive CPUs)."""
+    from enforcer.decode.kubelet import sandbox_resources_for
+
+    g2 = {"cpu": "2", "memory": "1Gi"}
+    spec = {
+        "containers": [{"name": "a", "image": "b", "resources": {"requests": g2, "limits": g2}}]
+    }
+    manifest = admitted(spec, annotate=False)
+    req = api_pb2.CreateContainerRequest(
+        pod_sandbox_id="sandbox",
+        config=container_config_for(manifest, spec["containers"][0], UID, memory_capacity=8 << 30),
+        sandbox_config=sandbox_config_for(manifest, UID),
+    )
+    pod_res = sandbox_resources_for(spec)
+    req.sandbox_config.linux.resources.cpu_shares = pod_res.cpu_shares
+    req.sandbox_config.linux.resources.cpu_quota = pod_res.cpu_quota
+    got = decode_container(container_create(req))
+    assert (got.qos, got.pod_level, got.exclusive_cpus) == ("Guaranteed", False, 2)
