@@ -13,6 +13,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
@@ -193,3 +195,41 @@ def test_a_one_container_pod_is_not_taken_for_a_borrowed_budget() -> None:
     req.sandbox_config.linux.resources.cpu_quota = pod_res.cpu_quota
     got = decode_container(container_create(req))
     assert (got.qos, got.pod_level, got.exclusive_cpus) == ("Guaranteed", False, 2)
+
+
+@st.composite
+def budget_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """Valid pods with pod-level requests (and limits or not) and app containers, some bare,
+    some with requests that together stay within the pod's (as validation requires)."""
+    cpu = draw(st.integers(1, 8))
+    spec: dict[str, Any] = {"resources": {"requests": {"cpu": str(cpu), "memory": "1Gi"}}}
+    if draw(st.booleans()):
+        limit = cpu + draw(st.integers(0, 4))
+        spec["resources"]["limits"] = {"cpu": str(limit), "memory": "1Gi"}
+    left = cpu * 1000
+    containers = []
+    for i in range(draw(st.integers(1, 4))):
+        asked = draw(st.integers(0, left // 2)) if left >= 200 and draw(st.booleans()) else 0
+        c: dict[str, Any] = {"name": f"c{i}"}
+        if asked:
+            c["resources"] = {"requests": {"cpu": f"{asked}m"}}
+            left -= asked
+        containers.append(c)
+    spec["containers"] = containers
+    return spec
+
+
+@settings(max_examples=150, deadline=None)
+@given(budget_pods())
+def test_a_pod_level_budget_is_never_exclusive_and_counted_once(spec: dict[str, Any]) -> None:
+    warnings: list[str] = []
+    decoded = decode_all(admitted(spec), warnings)
+    assert warnings == []  # the annotation agrees with what kubelet sends
+    assert all(d.pod_level and d.exclusive_cpus == 0 for d in decoded)
+    pod_request = int(spec["resources"]["requests"]["cpu"]) * 1000
+    total = sum(d.shared_milli for d in decoded)
+    bare = [c for c in spec["containers"] if "resources" not in c]
+    if bare:  # the bare containers share what the others leave: the pod is counted once
+        assert pod_request <= total < pod_request + len(bare)
+    else:
+        assert total <= pod_request
