@@ -5,8 +5,9 @@ the contract's (`resource_contract.pod_annotation`: what `compute_annotation` wr
 bytes), computed here in one pass over the containers: every quantity checked and the QoS
 class found together, the class requests resolved once for all containers. It depends only on
 a small part of the pod (the namespace, the class and preference annotations, the containers'
-names and resources), so `Mutator` memoizes it with its encoded patch, keyed by that part's
-bytes, in a cache bounded in bytes (`webhook.cache`), from the second pod with that part on:
+names, resources and restart policies, the pod-level resources), so `Mutator` memoizes it
+with its encoded patch, keyed by that part's bytes, in a cache bounded in bytes
+(`webhook.cache`), from the second pod with that part on:
 the replicas of one Deployment cost two computations, a pod like no other costs no cache
 entry. A second pass over the pod it produced yields the same annotation (required by
 `reinvocationPolicy: IfNeeded`).
