@@ -35,6 +35,7 @@ from resource_contract.cpu_classes import (
     resolve_cpu_class,
     validate_cpu_class_annotations,
 )
+from resource_contract.pod_resources import PodContainer, pod_level_qos
 from resource_contract.preferences import (
     PreferenceAccess,
     PreferenceError,
@@ -42,7 +43,7 @@ from resource_contract.preferences import (
     check_preference_access,
     validate_preference_annotations,
 )
-from resource_contract.qos import qos_of_containers
+from resource_contract.qos import QoSClass, qos_of_containers
 from resource_contract.quantities import parse_quantity
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -96,6 +97,14 @@ class ContainerInput(NamedTuple):
     name: str
     requests: Pairs
     limits: Pairs
+    restartable: bool = False  # an init container with restartPolicy Always (a sidecar)
+
+
+class PodResourcesInput(NamedTuple):
+    """The pod's `spec.resources` (pod-level resources) as written."""
+
+    requests: Pairs
+    limits: Pairs
 
 
 class PodInput(NamedTuple):
@@ -106,6 +115,8 @@ class PodInput(NamedTuple):
     containers: tuple[ContainerInput, ...]
     init_containers: tuple[ContainerInput, ...]
     annotations: Pairs  # only the class and preference annotations (see `is_request_key`)
+    # `spec.resources`, when it has requests or limits; None: no pod-level resources.
+    pod_resources: PodResourcesInput | None = None
 
 
 def is_request_key(key: str) -> bool:
@@ -132,6 +143,7 @@ def _container_inputs(containers: Any) -> tuple[ContainerInput, ...]:
     out = []
     for c in containers or ():
         resources = c.get("resources")
+        restartable = c.get("restartPolicy") == "Always"
         if resources:
             requests, limits = resources.get("requests"), resources.get("limits")
             out.append(
@@ -139,11 +151,25 @@ def _container_inputs(containers: Any) -> tuple[ContainerInput, ...]:
                     c["name"],
                     tuple(requests.items()) if requests else (),
                     tuple(limits.items()) if limits else (),
+                    restartable,
                 )
             )
         else:
-            out.append(ContainerInput(c["name"], (), ()))
+            out.append(ContainerInput(c["name"], (), (), restartable))
     return tuple(out)
+
+
+def pod_resources_input(resources: Any) -> PodResourcesInput | None:
+    """`spec.resources` as the annotation records it; None when it has neither requests nor
+    limits (the key `pod` is then left out)."""
+    if not resources:
+        return None
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if not requests and not limits:
+        return None
+    return PodResourcesInput(
+        tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ()
+    )
 
 
 def pod_input(pod: Mapping[str, Any], namespace: str) -> PodInput:
@@ -157,6 +183,7 @@ def pod_input(pod: Mapping[str, Any], namespace: str) -> PodInput:
         _container_inputs(spec.get("containers")),
         _container_inputs(spec.get("initContainers")),
         tuple([(k, v) for k, v in annotations.items() if is_request_key(k)]) if annotations else (),
+        pod_resources_input(spec.get("resources")),
     )
 
 
@@ -178,6 +205,47 @@ def quantity_denial(field: str, container: str, part: str, name: str, value: Any
         f'{field} "{container}": resources.{part}.{name}: '
         f'"{quantity_text(value)}" is not a valid quantity',
     )
+
+
+def pod_quantity_denial(
+    part: str, name: str, value: Any, why: str = "is not a valid quantity"
+) -> Denial:
+    """The refusal of a pod-level quantity, `part` being requests or limits."""
+    return Denial(400, "quantity", f'spec.resources.{part}.{name}: "{quantity_text(value)}" {why}')
+
+
+def check_pod_quantities(resources: PodResourcesInput) -> None:
+    """Every pod-level quantity must parse, and none may be negative (the API server refuses
+    both)."""
+    for part, pairs in (("requests", resources.requests), ("limits", resources.limits)):
+        for name, value in pairs:
+            try:
+                parsed = parse_quantity(value)
+            except (ValueError, ArithmeticError, TypeError):
+                raise pod_quantity_denial(part, name, value) from None
+            if parsed < 0:
+                raise pod_quantity_denial(part, name, value, "must not be negative")
+
+
+def pod_level_class(pod: PodInput) -> QoSClass | None:
+    """The QoS class the pod's pod-level resources give it (its quantities checked already),
+    or None when it has none."""
+    resources = pod.pod_resources
+    if resources is None:
+        return None
+    members = [
+        PodContainer(dict(c.requests), dict(c.limits), init=True, restartable=c.restartable)
+        for c in pod.init_containers
+    ] + [PodContainer(dict(c.requests), dict(c.limits)) for c in pod.containers]
+    return pod_level_qos(dict(resources.requests), dict(resources.limits), members)
+
+
+def pod_resources_entry(resources: PodResourcesInput) -> dict[str, dict[str, str]]:
+    """The annotation's `pod` entry: the quantities as the spec wrote them."""
+    return {
+        "requests": {k: quantity_text(v) for k, v in resources.requests},
+        "limits": {k: quantity_text(v) for k, v in resources.limits},
+    }
 
 
 def _check_quantities(pod: PodInput) -> None:
@@ -306,7 +374,9 @@ def compute_annotation(
         lambda: check_annotations(annotations, pod.namespace, [c.name for c in containers], policy),
     )
     _check_quantities(pod)
-    qos = qos_of_containers(
+    if pod.pod_resources is not None:
+        check_pod_quantities(pod.pod_resources)
+    qos = pod_level_class(pod) or qos_of_containers(
         [(c.requests, c.limits) for c in (*pod.init_containers, *pod.containers)]
     )
 
@@ -335,9 +405,13 @@ def compute_annotation(
 
     # What ResourcesAnnotation(...).to_json() writes, made straight from the plain values (the
     # model's validation has nothing to find in them): the same bytes, a fifth of the time.
-    return encode(
-        {"containers": entries(pod.containers), "initContainers": entries(pod.init_containers)}
-    )
+    value: dict[str, Any] = {
+        "containers": entries(pod.containers),
+        "initContainers": entries(pod.init_containers),
+    }
+    if pod.pod_resources is not None:
+        value["pod"] = pod_resources_entry(pod.pod_resources)
+    return encode(value)
 
 
 def build_annotation(pod: Mapping[str, Any], *, namespace: str, policy: Policy) -> str:

@@ -10,19 +10,21 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
+from resource_contract.pod_resources import pod_level_qos, requirements_qos, spec_containers
 from resource_contract.quantities import parse_quantity
 
 QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _QOS_RESOURCES = ("cpu", "memory")
-
-
-def _positive(quantities: Iterable[tuple[str, Any]]) -> dict[str, Decimal]:
-    parsed = {k: parse_quantity(v) for k, v in quantities if k in _QOS_RESOURCES}
-    return {k: v for k, v in parsed.items() if v > 0}
+_ZERO = Decimal(0)
 
 
 def qos_class(spec: Mapping[str, Any]) -> QoSClass:
-    """The pod's QoS class by the API server's rules, over containers and init containers."""
+    """The pod's QoS class by the API server's rules: from its pod-level resources
+    (`spec.resources`) when it has them, else over containers and init containers."""
+    pod = spec.get("resources") or {}
+    by_pod = pod_level_qos(pod.get("requests"), pod.get("limits"), spec_containers(spec))
+    if by_pod is not None:
+        return by_pod
     containers = []
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         resources = container.get("resources") or {}
@@ -39,27 +41,27 @@ def qos_of_containers(
     containers: Iterable[tuple[Iterable[tuple[str, Any]], Iterable[tuple[str, Any]]]],
 ) -> QoSClass:
     """qos_class over (requests, limits) pairs of (resource, quantity), one per container,
-    init containers included."""
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
-    guaranteed = True
+    init containers included, as written (`ComputePodQOS` without pod-level resources).
+
+    Each container is classed by its requirements after the API server's defaulting (a
+    missing request is its limit; an explicit "0" stays 0): Guaranteed when request == limit
+    != 0 for both cpu and memory, BestEffort when both are zero for both, else Burstable. All
+    Guaranteed make a Guaranteed pod, all BestEffort a BestEffort one, any mix Burstable."""
+    found: set[QoSClass] = set()
     for container_requests, container_limits in containers:
-        # Zero quantities count as absent, as in the API server's GetPodQOS.
-        c_requests = _positive(container_requests)
-        c_limits = _positive(container_limits)
-        for name, value in c_requests.items():
-            requests[name] = requests.get(name, Decimal(0)) + value
-        for name, value in c_limits.items():
-            limits[name] = limits.get(name, Decimal(0)) + value
-        # A missing request defaults to the limit, so only explicit differences break Guaranteed.
-        limited = set(c_limits) == set(_QOS_RESOURCES)
-        if guaranteed and (
-            not limited or any(c_requests.get(k, c_limits[k]) != c_limits[k] for k in c_limits)
-        ):
-            guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+        # Only cpu and memory are read; the other names only count as present.
+        limits = {k: _quantity(k, v) for k, v in container_limits}
+        requests = {k: _quantity(k, v) for k, v in container_requests}
+        for name, value in limits.items():
+            requests.setdefault(name, value)
+        found.add(requirements_qos(requests, limits))
+        if "Burstable" in found or len(found) > 1:
+            return "Burstable"
+    return found.pop() if found else "BestEffort"
+
+
+def _quantity(name: str, value: Any) -> Decimal:
+    return parse_quantity(value) if name in _QOS_RESOURCES else _ZERO
 
 
 _SYSTEMD_QOS = re.compile(r"kubepods-(burstable|besteffort)-pod|kubepods-pod")

@@ -39,11 +39,22 @@ class ContainerResources(BaseModel):
     classes: dict[ClassKind, str] | None = None
 
 
+class PodResources(BaseModel):
+    """The pod's `spec.resources` (pod-level resources), quantities as the spec wrote them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
 class ResourcesAnnotation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     containers: dict[str, ContainerResources] = Field(default_factory=dict)
     initContainers: dict[str, ContainerResources] = Field(default_factory=dict)
+    # Present only when the pod has pod-level resources.
+    pod: PodResources | None = None
 
     def to_json(self) -> str:
         """Compact and deterministic (spec order), so a second admission writes the same bytes."""

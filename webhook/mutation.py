@@ -5,8 +5,9 @@ the contract's (`resource_contract.pod_annotation`: what `compute_annotation` wr
 bytes), computed here in one pass over the containers: every quantity checked and the QoS
 class found together, the class requests resolved once for all containers. It depends only on
 a small part of the pod (the namespace, the class and preference annotations, the containers'
-names and resources), so `Mutator` memoizes it with its encoded patch, keyed by that part's
-bytes, in a cache bounded in bytes (`webhook.cache`), from the second pod with that part on:
+names, resources and restart policies, the pod-level resources), so `Mutator` memoizes it
+with its encoded patch, keyed by that part's bytes, in a cache bounded in bytes
+(`webhook.cache`), from the second pod with that part on:
 the replicas of one Deployment cost two computations, a pod like no other costs no cache
 entry. A second pass over the pod it produced yields the same annotation (required by
 `reinvocationPolicy: IfNeeded`).
@@ -27,14 +28,19 @@ from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import (
     Denial,
     Pairs,
+    PodResourcesInput,
     Policy,
     check_annotations,
+    check_pod_quantities,
     compact_json,
     container_classes,
     is_request_key,
+    pod_resources_entry,
     quantity_denial,
     quantity_text,
 )
+from resource_contract.pod_resources import PodContainer, pod_level_qos
+from resource_contract.qos import QoSClass
 from resource_contract.quantities import PARSED, parse_quantity
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, SeenBefore, deep_size
 from webhook.shapes import PodS, PodSpecS
@@ -213,10 +219,10 @@ class Mutator:
         containers = spec.containers
         init = spec.initContainers or ()
         # Every quantity must parse as the enforcer will parse it, init containers first,
-        # requests before limits; the QoS class (the API server's rules: zero counts as
-        # absent, a missing request is its limit) is found in the same pass.
-        positive = False
-        guaranteed = True
+        # requests before limits; the QoS class (the API server's rules, as
+        # resource_contract.qos: a missing request is its limit, each container classed by
+        # its cpu and memory) is found in the same pass.
+        seen_guaranteed = seen_best_effort = burstable = False
         numbers = False  # a quantity given as a JSON number: its text is written instead
         bad: Denial | None = None
         known = PARSED
@@ -238,11 +244,12 @@ class Mutator:
                 names.append(name)
                 resources = c.resources
                 if resources is None:
-                    guaranteed = False
+                    seen_best_effort = True
                     out[name] = entry = {"requests": {}, "limits": {}}
                     listed.append(entry)
                     continue
-                cpu = memory = limit_cpu = limit_memory = _ZERO
+                cpu = memory = None  # the requests; None: not given
+                limit_cpu = limit_memory = _ZERO
                 part = "requests"
                 try:
                     requests = resources.requests
@@ -273,18 +280,21 @@ class Mutator:
                     break
                 out[name] = entry = {"requests": requests or {}, "limits": limits or {}}
                 listed.append(entry)
-                zero = _ZERO
-                if not positive and (
-                    cpu > zero or memory > zero or limit_cpu > zero or limit_memory > zero
-                ):
-                    positive = True
-                if guaranteed and not (
-                    limit_cpu > zero
-                    and limit_memory > zero
-                    and (cpu <= zero or cpu == limit_cpu)
-                    and (memory <= zero or memory == limit_memory)
-                ):
-                    guaranteed = False
+                if not requests and not limits:
+                    seen_best_effort = True
+                    continue
+                if cpu is None:
+                    cpu = limit_cpu
+                if memory is None:
+                    memory = limit_memory
+                if cpu != limit_cpu or memory != limit_memory:
+                    burstable = True
+                elif limit_cpu == _ZERO and limit_memory == _ZERO:
+                    seen_best_effort = True
+                elif limit_cpu == _ZERO or limit_memory == _ZERO:
+                    burstable = True
+                else:
+                    seen_guaranteed = True
             if bad is not None:
                 break
         if bad is not None:
@@ -292,7 +302,14 @@ class Mutator:
             names = [c.name for c in (*init, *containers)]
             check_annotations(dict(pairs), namespace, names, self.policy)
             raise bad
-        qos = "Guaranteed" if positive and guaranteed else "Burstable" if positive else "BestEffort"
+        if burstable or (seen_guaranteed and seen_best_effort):
+            qos = "Burstable"
+        else:
+            qos = "Guaranteed" if seen_guaranteed else "BestEffort"
+        pod_entry: dict[str, dict[str, str]] | None = None
+        if spec.resources is not None and (spec.resources.requests or spec.resources.limits):
+            pod_entry, by_pod = self._pod_level(spec, pairs, namespace)
+            qos = by_pod or qos
         memo_key = (pairs, namespace, len(init), tuple(names), qos)
         classes: _Classes | None = self.parts.get(memo_key)
         if classes is None:
@@ -307,7 +324,40 @@ class Mutator:
             if numbers:
                 entry["requests"] = {k: quantity_text(v) for k, v in entry["requests"].items()}
                 entry["limits"] = {k: quantity_text(v) for k, v in entry["limits"].items()}
-        return annotation_json({"containers": containers_out, "initContainers": init_out})
+        value: dict[str, Any] = {"containers": containers_out, "initContainers": init_out}
+        if pod_entry is not None:
+            value["pod"] = pod_entry
+        return annotation_json(value)
+
+    def _pod_level(
+        self, spec: PodSpecS, pairs: Pairs, namespace: str
+    ) -> tuple[dict[str, dict[str, str]], QoSClass | None]:
+        """The annotation's `pod` entry and the QoS class the pod-level resources give (None:
+        the containers decide). Rare, so the contract's plain code does it; a bad quantity is
+        refused after the annotations' checks, as compute_annotation does."""
+        resources = spec.resources
+        assert resources is not None
+        given = PodResourcesInput(
+            tuple((resources.requests or {}).items()), tuple((resources.limits or {}).items())
+        )
+        try:
+            check_pod_quantities(given)
+        except Denial:
+            names = [c.name for c in (*(spec.initContainers or ()), *spec.containers)]
+            check_annotations(dict(pairs), namespace, names, self.policy)
+            raise
+        members = [
+            PodContainer(
+                (c.resources.requests or {}) if c.resources else {},
+                (c.resources.limits or {}) if c.resources else {},
+                init=init,
+                restartable=init and c.restartPolicy == "Always",
+            )
+            for group, init in ((spec.initContainers or (), True), (spec.containers, False))
+            for c in group
+        ]
+        by_pod = pod_level_qos(dict(given.requests), dict(given.limits), members)
+        return pod_resources_entry(given), by_pod
 
     def _classes(
         self, pairs: Pairs, namespace: str, names: list[str], init: int, qos: str

@@ -44,11 +44,13 @@ class Resources(TypedDict, total=False):
 class Container(TypedDict):
     name: NonEmpty
     resources: NotRequired[Resources | None]
+    restartPolicy: NotRequired[str | None]  # "Always": a sidecar (init containers)
 
 
 class PodSpec(TypedDict):
     containers: list[Container]
     initContainers: NotRequired[list[Container] | None]
+    resources: NotRequired[Resources | None]  # pod-level resources
 
 
 class ObjectMeta(TypedDict, total=False):
@@ -120,11 +122,13 @@ class ResourcesS(msgspec.Struct, gc=False):
 class ContainerS(msgspec.Struct, gc=False):
     name: NonEmpty
     resources: ResourcesS | None = None
+    restartPolicy: str | None = None
 
 
 class PodSpecS(msgspec.Struct, gc=False):
     containers: list[ContainerS]
     initContainers: list[ContainerS] | None = None
+    resources: ResourcesS | None = None
 
 
 class ObjectMetaS(msgspec.Struct, gc=False):

@@ -95,7 +95,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             container=container["name"],
             annotations=annotations,
             cgroup_parent=cgroup_parent,
-            resources=resources_for(container),
+            resources=resources_for(container, spec),
             labels=dict(meta.get("labels") or {}),
         )
         try:

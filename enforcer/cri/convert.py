@@ -64,4 +64,9 @@ def container_create(request: api_pb2.CreateContainerRequest) -> ContainerCreate
         resources=kubelet_resources(request.config.linux.resources),
         attempt=request.config.metadata.attempt,
         labels=dict(sandbox.labels),
+        pod_resources=(
+            kubelet_resources(sandbox.linux.resources)
+            if sandbox.linux.HasField("resources")
+            else None
+        ),
     )

@@ -21,6 +21,7 @@ from enforcer.decode.kubelet import (
     milli_cpu_to_shares,
 )
 from enforcer.decode.machine import Machine
+from enforcer.decode.pod_level import PodLevelNumbers, pod_level_numbers_for
 from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from resource_contract.affinity import AffinityError, AffinityTerm, resolve_affinity
@@ -78,6 +79,9 @@ class ContainerCreate:
     resources: KubeletResources
     attempt: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)  # the pod's
+    # The pod's own resources as kubelet sent them with the sandbox (its requests and limits
+    # together, or its pod-level ones), when the runtime passes them on.
+    pod_resources: KubeletResources | None = None
 
 
 # The metadata of a field that holds a count, never negative: a saved state's checks
@@ -125,6 +129,11 @@ class ContainerRequest:
     labels: tuple[tuple[str, str], ...] = ()
     # The CPU class its annotations ask for its exclusive CPUs (read by topology-aware).
     cpu_class: str | None = None
+    # Its pod has pod-level resources (spec.resources): like kubelet's static policy, no
+    # exclusive CPUs; on shared CPUs it counts for `pod_share_milli`, its part of the pod's
+    # CPU request (enforcer.decode.pod_level).
+    pod_level: bool = False
+    pod_share_milli: int = field(default=0, metadata=COUNT)
 
     @property
     def key(self) -> str:
@@ -132,11 +141,23 @@ class ContainerRequest:
         return container_key(self.pod_uid, self.container, self.attempt)
 
     @property
+    def exclusive_eligible(self) -> bool:
+        """Whether its QoS class lets it have CPUs of its own: Guaranteed, in a pod without
+        pod-level resources."""
+        return self.qos == "Guaranteed" and not self.pod_level
+
+    @property
     def exclusive_cpus(self) -> int:
         """Whole CPUs a Guaranteed container may have for itself (0 when not eligible)."""
-        if self.qos != "Guaranteed" or self.cpu_request_milli % 1000:
+        if not self.exclusive_eligible or self.cpu_request_milli % 1000:
             return 0
         return self.cpu_request_milli // 1000
+
+    @property
+    def shared_milli(self) -> int:
+        """The milli-CPU it is counted for on shared CPUs: its request, or in a pod with
+        pod-level resources its part of the pod's."""
+        return self.pod_share_milli if self.pod_level else self.cpu_request_milli
 
 
 class DecodeError(Refusal):
@@ -269,6 +290,22 @@ def _clipped(text: str) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
+def _borrowed_budget(
+    numbers: Mapping[str, int], pod: KubeletResources | None
+) -> PodLevelNumbers | None:
+    """Without an annotation: a container whose CPU request (from its shares) is above its
+    pod's can only have been given its pod's pod-level CPU limit by kubelet (a pod's request
+    is never below one of its containers' otherwise), so its pod has pod-level resources: no
+    exclusive CPUs, and it counts for at most the pod's request. None when that cannot be
+    told (a pod-level budget with requests equal to limits looks like a one-container pod)."""
+    if pod is None or pod.cpu_shares <= MIN_SHARES:
+        return None
+    pod_request = estimate_from_cri(pod)["cpu_request_milli"]
+    if numbers["cpu_request_milli"] <= pod_request:
+        return None
+    return PodLevelNumbers(dict(numbers), pod_request, "Burstable")
+
+
 def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
     # Only used when the cgroup parent is not kubelet's; judges this container alone.
     cpu_r, cpu_l = numbers["cpu_request_milli"], numbers["cpu_limit_milli"]
@@ -282,7 +319,7 @@ def _qos_from_numbers(numbers: Mapping[str, int]) -> QoSClass:
 
 def _resources_entry(
     annotations: Mapping[str, str], container: str, warn: Callable[[str], None], pod: str
-) -> tuple[str, dict[str, int]] | None:
+) -> tuple[str, dict[str, int], PodLevelNumbers | None] | None:
     for key in RESOURCES_KEYS:
         if key not in annotations:
             continue
@@ -296,7 +333,11 @@ def _resources_entry(
             warn(f'pod {pod}: annotation "{key}" has no entry for container {container}')
             return None
         try:
-            return key, _from_annotation({"requests": entry.requests, "limits": entry.limits})
+            by_pod = pod_level_numbers_for(parsed, container)
+            if by_pod is not None:
+                return key, dict(by_pod.numbers), by_pod
+            numbers = _from_annotation({"requests": entry.requests, "limits": entry.limits})
+            return key, numbers, None
         except (ValueError, ArithmeticError) as exc:
             warn(f'pod {pod}: annotation "{key}" container {container}: bad quantity: {exc}')
             return None
@@ -344,9 +385,13 @@ def decode_container(
     parent_qos = qos_from_cgroup_parent(create.cgroup_parent)
     found = _resources_entry(annotations, name, warn, pod)
     source = "cri"
+    by_pod: PodLevelNumbers | None = None
     if found is not None:
-        key, numbers = found
-        beyond = _beyond_capacity(numbers, machine)
+        key, numbers, by_pod = found
+        # In a pod with pod-level resources a container is held against the node for its part
+        # of the pod's request (kubelet gives one without a request the pod's CPU limit).
+        held = numbers if by_pod is None else {**numbers, "cpu_request_milli": by_pod.share_milli}
+        beyond = _beyond_capacity(held, machine)
         contradiction = None if beyond else _contradiction(numbers, res)
         if beyond:
             warn(
@@ -363,7 +408,8 @@ def decode_container(
     qos: QoSClass
     if source == "cri":
         numbers = estimate_from_cri(res)
-    qos = parent_qos or _qos_from_numbers(numbers)
+        by_pod = _borrowed_budget(numbers, create.pod_resources)
+    qos = parent_qos or (by_pod.qos if by_pod else _qos_from_numbers(numbers))
 
     def _class(kind: ClassKind, configured: Collection[str] | None) -> ClassRequest | None:
         try:
@@ -433,5 +479,7 @@ def decode_container(
         cpu_class=cpu_class.name if cpu_class else None,
         affinity=affinity,
         labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
+        pod_level=by_pod is not None,
+        pod_share_milli=by_pod.share_milli if by_pod else 0,
         **numbers,
     )

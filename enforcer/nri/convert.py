@@ -61,6 +61,11 @@ def container_create(pod: api_pb2.PodSandbox, container: api_pb2.Container) -> C
         cgroup_parent=pod.linux.cgroup_parent,
         resources=kubelet_resources(container.linux.resources),
         attempt=attempt_of(container),
+        pod_resources=(
+            kubelet_resources(pod.linux.pod_resources)
+            if pod.linux.HasField("pod_resources")
+            else None
+        ),
     )
 
 

@@ -328,7 +328,7 @@ class BalloonsPolicy(Policy):
                 f"types: {', '.join(self.types)}",
                 Reason.BAD_REQUEST,
             )
-        milli = max(request.cpu_request_milli, 0)
+        milli = max(request.shared_milli, 0)
         if type_name == RESERVED_BALLOON:
             reserved = self.balloons[0]
             reserved.members[request.key] = milli

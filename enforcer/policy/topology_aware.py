@@ -360,7 +360,7 @@ class TopologyAwarePolicy(Policy):
         """What `request` is eligible for (see the module's docstring)."""
         prefs = request.preferences
         memory = request.memory_limit or request.memory_request
-        milli = request.cpu_request_milli
+        milli = request.shared_milli
         if prefs.preserve:
             return Need("preserved")
         if self._wants_reserved(request) and self.reserved:
@@ -374,7 +374,7 @@ class TopologyAwarePolicy(Policy):
         if prefer_shared is None:
             # The configured default yields to an explicit request for an isolated CPU.
             prefer_shared = self.config.preferSharedCPUs and not prefs.isolated
-        if request.qos != "Guaranteed" or milli < 1000 or prefer_shared:
+        if not request.exclusive_eligible or milli < 1000 or prefer_shared:
             return Need("shared", milli=milli, memory=memory)
         whole, fraction = divmod(milli, 1000)
         if fraction and self.cpu_options.full_pcpus_only and whole % cpus_per_core(self.topology):

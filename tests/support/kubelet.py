@@ -31,7 +31,13 @@ import grpc
 
 from enforcer.controllers.cgroups import cgroup_path
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.decode.kubelet import cgroup_parent_for, requests_and_limits, resources_for
+from enforcer.decode.kubelet import (
+    cgroup_parent_for,
+    pod_level_of,
+    requests_and_limits,
+    resources_for,
+    sandbox_resources_for,
+)
 from resource_contract.qos import qos_class
 from resource_contract.quantities import int_value
 
@@ -103,13 +109,15 @@ def linux_resources(
     container: Container,
     qos: str | None = None,
     memory_capacity: int | None = None,
+    spec: Mapping[str, Any] | None = None,
 ) -> api_pb2.LinuxContainerResources:
     """The LinuxContainerResources kubelet sends for ``container``.
 
     ``qos`` and ``memory_capacity`` only matter for ``oom_score_adj``; without ``qos`` that
-    field stays 0 (unset).
+    field stays 0 (unset). ``spec``: the pod's, for its pod-level resources (a container
+    without a limit gets the pod's).
     """
-    wanted = resources_for(container)
+    wanted = resources_for(container, spec)
     res = api_pb2.LinuxContainerResources(
         cpu_period=wanted.cpu_period,
         cpu_quota=wanted.cpu_quota,
@@ -174,7 +182,7 @@ def sandbox_config_for(
     labels = dict(meta.get("labels") or {})
     labels.update({LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid})
     spec = pod.get("spec") or {}
-    return api_pb2.PodSandboxConfig(
+    config = api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(
             name=name, uid=uid, namespace=namespace, attempt=attempt
         ),
@@ -188,6 +196,19 @@ def sandbox_config_for(
             ),
         ),
     )
+    if pod_level_of(spec) is not None:
+        # kubelet sends every pod's resources here (calculateSandboxResources); the emulator
+        # only those of pods with pod-level resources, where the enforcer reads them.
+        pod_res = sandbox_resources_for(spec)
+        config.linux.resources.CopyFrom(
+            api_pb2.LinuxContainerResources(
+                cpu_period=pod_res.cpu_period,
+                cpu_quota=pod_res.cpu_quota,
+                cpu_shares=pod_res.cpu_shares,
+                memory_limit_in_bytes=pod_res.memory_limit,
+            )
+        )
+    return config
 
 
 def container_config_for(
@@ -239,7 +260,7 @@ def container_config_for(
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
         linux=api_pb2.LinuxContainerConfig(
-            resources=linux_resources(container, qos, memory_capacity),
+            resources=linux_resources(container, qos, memory_capacity, spec),
             security_context=api_pb2.LinuxContainerSecurityContext(
                 namespace_options=_namespace_options(spec),
                 privileged=bool((container.get("securityContext") or {}).get("privileged")),

@@ -213,6 +213,8 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
                 requests = None if shape == "empty" else draw(st.none() | resource_map)
                 limits = None if shape == "empty" else draw(st.none() | resource_map)
                 out.append(container(n, requests, limits))
+            if draw(st.integers(0, 3)) == 0:
+                out[-1]["restartPolicy"] = "Always"  # a sidecar, when an init container
         return out
 
     annotations = None
@@ -227,6 +229,17 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         annotations=annotations,
         namespace=draw(st.sampled_from(["shop", "kube-system", "other"])),
     )
+    # Pod-level resources (spec.resources): absent, empty, or maps like the containers'.
+    pod_level = draw(st.sampled_from(["absent", "null", "empty", "some"]))
+    if pod_level == "null":
+        p["spec"]["resources"] = None
+    elif pod_level == "empty":
+        p["spec"]["resources"] = {}
+    elif pod_level == "some":
+        p["spec"]["resources"] = {
+            "requests": draw(st.none() | resource_map),
+            "limits": draw(st.none() | resource_map),
+        }
     metadata = draw(st.sampled_from(["kept", "null annotations", "none"]))
     if metadata == "null annotations":
         p["metadata"]["annotations"] = None
@@ -270,6 +283,9 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 _REVIEW = review(deployment_pod(annotations=dict(GOLD)), old=None)
 _REVIEW["request"]["object"]["spec"]["containers"][1]["resources"]["limits"]["cpu"] = 2
+# Pod-level resources and a sidecar's restartPolicy: read by the webhook too.
+_REVIEW["request"]["object"]["spec"]["resources"] = {"requests": {"cpu": "3"}, "limits": {}}
+_REVIEW["request"]["object"]["spec"]["containers"][0]["restartPolicy"] = "Always"
 _FIELDS = _paths(_REVIEW)[1:]
 _FIELD_NAMES = sorted({str(p[-1]) for p in _FIELDS if isinstance(p[-1], str)})
 
@@ -300,22 +316,21 @@ def _agree(raw: bytes) -> None:
         assert (t_pod is None) == (s_pod is None)
         if t_pod is not None and s_pod is not None:
             assert _plain(s_pod.spec) == {
-                "containers": [
-                    {"name": c["name"], "resources": _resources(c)}
-                    for c in t_pod["spec"]["containers"]
-                ],
+                "containers": [_container(c) for c in t_pod["spec"]["containers"]],
                 "initContainers": None
                 if t_pod["spec"].get("initContainers") is None
-                else [
-                    {"name": c["name"], "resources": _resources(c)}
-                    for c in t_pod["spec"]["initContainers"]
-                ],
+                else [_container(c) for c in t_pod["spec"]["initContainers"]],
+                "resources": _resources(t_pod["spec"]),
             }
             t_meta = t_pod.get("metadata")
             assert (t_meta is None) == (s_pod.metadata is None)
             if t_meta is not None and s_pod.metadata is not None:
                 for field in ("name", "generateName", "namespace", "annotations"):
                     assert getattr(s_pod.metadata, field) == t_meta.get(field)
+
+
+def _container(c: Any) -> Any:
+    return {"name": c["name"], "resources": _resources(c), "restartPolicy": c.get("restartPolicy")}
 
 
 def _resources(c: Any) -> Any:
