@@ -1,0 +1,184 @@
+"""What the cluster changes on this host besides its folder, and how it is undone: the one NAT
+rule standing in for kube-proxy, the pods' processes and cgroups (``kubepods``), the runtime's
+shims, mounts below the cluster folder, the CNI bridge and its veths."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.cluster.layout import API_SERVICE_IP, APISERVER_PORT, BRIDGE
+
+CGROUPFS = Path("/sys/fs/cgroup")
+_RULE_COMMENT = "kre-cluster: the kubernetes service, as kube-proxy would route it"
+
+
+def node_ip() -> str:
+    """The address of the interface of the default route (kubelet refuses a loopback one)."""
+    out = subprocess.run(
+        ["ip", "-4", "-o", "route", "get", "192.0.2.254"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout.split()
+    return out[out.index("src") + 1]
+
+
+def _nat_rule(ip: str) -> list[str]:
+    return [
+        "OUTPUT",
+        "-d",
+        f"{API_SERVICE_IP}/32",
+        "-p",
+        "tcp",
+        "--dport",
+        "443",
+        "-m",
+        "comment",
+        "--comment",
+        _RULE_COMMENT,
+        "-j",
+        "DNAT",
+        "--to-destination",
+        f"{ip}:{APISERVER_PORT}",
+    ]
+
+
+def add_service_rule(ip: str) -> None:
+    """Pods on the host network (the enforcer) reach the API server at its service address,
+    as the in-cluster configuration tells them: one DNAT rule in the host's OUTPUT chain."""
+    rule = _nat_rule(ip)
+    present = subprocess.run(["iptables", "-t", "nat", "-C", *rule], capture_output=True)
+    if present.returncode != 0:
+        subprocess.run(["iptables", "-t", "nat", "-A", *rule], check=True, capture_output=True)
+
+
+def remove_service_rules() -> None:
+    out = subprocess.run(["iptables", "-t", "nat", "-S", "OUTPUT"], capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if _RULE_COMMENT in line and line.startswith("-A "):
+            argv = _split_rule(line[3:])
+            subprocess.run(["iptables", "-t", "nat", "-D", *argv], capture_output=True)
+
+
+def _split_rule(text: str) -> list[str]:
+    import shlex
+
+    return shlex.split(text)
+
+
+def _hierarchies() -> list[Path]:
+    return [p for p in CGROUPFS.iterdir() if p.is_dir() and (p / "cgroup.procs").exists()]
+
+
+def kubepods_pids() -> set[int]:
+    """Every process in a ``kubepods`` cgroup of any hierarchy."""
+    pids: set[int] = set()
+    for h in _hierarchies():
+        top = h / "kubepods"
+        if not top.is_dir():
+            continue
+        for procs in top.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in procs.read_text().split())
+    return pids
+
+
+def shim_pids(containerd_socket: Path) -> set[int]:
+    """The runc shims of the containerd listening on ``containerd_socket``."""
+    found: set[int] = set()
+    needle = str(containerd_socket).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"containerd-shim" in cmd and needle in cmd:
+            found.add(int(entry.name))
+    return found
+
+
+def kill_all(pids: set[int], timeout: float = 15.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """Mount points at or below ``folder``, deepest first."""
+    prefix = str(folder.resolve())
+    points: list[str] = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def unmount_under(folder: Path) -> list[str]:
+    """Unmount everything below ``folder``; returns what could not be unmounted."""
+    for _ in range(3):
+        points = mounts_under(folder)
+        if not points:
+            return []
+        for p in points:
+            if subprocess.run(["umount", p], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", p], capture_output=True)
+    return mounts_under(folder)
+
+
+def remove_bridge() -> None:
+    """The CNI bridge and any veth still attached to it."""
+    out = subprocess.run(
+        ["ip", "-o", "link", "show", "master", BRIDGE], capture_output=True, text=True
+    )
+    for line in out.stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+
+
+def bridge_exists() -> bool:
+    return Path(f"/sys/class/net/{BRIDGE}").exists()
+
+
+def remove_kubepods_cgroups(timeout: float = 20.0) -> list[str]:
+    """rmdir the ``kubepods`` trees, deepest first; returns those that stayed."""
+    deadline = time.monotonic() + timeout
+    left: list[str] = []
+    while True:
+        left = []
+        for h in _hierarchies():
+            top = h / "kubepods"
+            if not top.is_dir():
+                continue
+            dirs = sorted(
+                (p for p in top.rglob("*") if p.is_dir()),
+                key=lambda p: len(p.parts),
+                reverse=True,
+            )
+            for d in [*dirs, top]:
+                try:
+                    d.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left.append(str(d))
+        if not left or time.monotonic() > deadline:
+            return left
+        kill_all(kubepods_pids(), timeout=2)
+        time.sleep(0.5)
