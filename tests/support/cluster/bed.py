@@ -234,9 +234,14 @@ class Cluster:
 
     # -- kubelet ----------------------------------------------------------------------------------
 
+    @property
+    def kubelet_marker(self) -> Path:
+        return self.lay.run / "kubelet.started"
+
     def start_kubelet(self) -> None:
         if not self.bins:
             raise ClusterError("no record of the builds: is the cluster up?")
+        self.kubelet_marker.touch()
         procs.start(self.lay, "kubelet", comp.kubelet_argv(self.bins, self.lay, self.node_ip))
 
     def stop_kubelet(self) -> None:
@@ -316,8 +321,9 @@ class Cluster:
         for name in COMPONENTS[:2]:
             procs.stop(lay, name)
         # The pods' processes, then the runtime's shims, then the runtime.
-        node.kill_all(node.kubepods_pids())
-        node.kill_all(node.shim_pids(lay.containerd_socket))
+        shims = node.shim_pids(lay.containerd_socket)
+        node.kill_all(node.descendants(shims))
+        node.kill_all(shims)
         procs.stop(lay, "containerd")
         for name in COMPONENTS[2:]:
             procs.stop(lay, name)
@@ -326,7 +332,8 @@ class Cluster:
         node.remove_bridge()
         if node.bridge_exists():
             problems.append("the CNI bridge is still there")
-        problems += [f"cgroup left: {c}" for c in node.remove_kubepods_cgroups()]
+        if self.kubelet_marker.exists():  # kubelet made them: they go with it
+            problems += [f"cgroup left: {c}" for c in node.remove_kubepods_cgroups()]
         if lay.root.exists() and not problems:
             for entry in lay.root.iterdir():
                 if entry != lay.logs:

@@ -1,6 +1,7 @@
 """What the cluster changes on this host besides its folder, and how it is undone: the one NAT
-rule standing in for kube-proxy, the pods' processes and cgroups (``kubepods``), the runtime's
-shims, mounts below the cluster folder, the CNI bridge and its veths."""
+rule standing in for kube-proxy, the pods' processes (found below the runtime's shims, never by
+cgroup: other tests' pods may live in ``kubepods`` too) and kubelet's ``kubepods`` cgroups,
+mounts below the cluster folder, the CNI bridge and its veths."""
 
 from __future__ import annotations
 
@@ -76,19 +77,6 @@ def _hierarchies() -> list[Path]:
     return [p for p in CGROUPFS.iterdir() if p.is_dir() and (p / "cgroup.procs").exists()]
 
 
-def kubepods_pids() -> set[int]:
-    """Every process in a ``kubepods`` cgroup of any hierarchy."""
-    pids: set[int] = set()
-    for h in _hierarchies():
-        top = h / "kubepods"
-        if not top.is_dir():
-            continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
-    return pids
-
-
 def shim_pids(containerd_socket: Path) -> set[int]:
     """The runc shims of the containerd listening on ``containerd_socket``."""
     found: set[int] = set()
@@ -102,6 +90,28 @@ def shim_pids(containerd_socket: Path) -> set[int]:
             continue
         if b"containerd-shim" in cmd and needle in cmd:
             found.add(int(entry.name))
+    return found
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """Every process below ``roots`` (the containers under the shims: the shim is their
+    subreaper), from the parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
     return found
 
 
@@ -157,11 +167,11 @@ def bridge_exists() -> bool:
 
 
 def remove_kubepods_cgroups(timeout: float = 20.0) -> list[str]:
-    """rmdir the ``kubepods`` trees, deepest first; returns those that stayed."""
+    """rmdir the ``kubepods`` trees kubelet made, deepest first; returns those that stayed
+    (a cgroup that still holds a process is never emptied here)."""
     deadline = time.monotonic() + timeout
-    left: list[str] = []
     while True:
-        left = []
+        left: list[str] = []
         for h in _hierarchies():
             top = h / "kubepods"
             if not top.is_dir():
@@ -180,5 +190,4 @@ def remove_kubepods_cgroups(timeout: float = 20.0) -> list[str]:
                     left.append(str(d))
         if not left or time.monotonic() > deadline:
             return left
-        kill_all(kubepods_pids(), timeout=2)
         time.sleep(0.5)
