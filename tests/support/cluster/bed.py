@@ -287,7 +287,6 @@ class Cluster:
     def wait_programs(self, timeout: float = 300) -> None:
         """Both Deployments' pods ready; in relay mode, the relay serving and kubelet restarted
         onto it (the node Ready again)."""
-        kubelet_before = procs.pid_of(self.lay, "kubelet")
         procs.wait_until(
             "the enforcer DaemonSet ready",
             lambda: self._rollout("daemonset", "resource-enforcer"),
@@ -299,10 +298,7 @@ class Cluster:
             # The reconnect service restarts kubelet within ~2 s of the socket appearing.
             procs.wait_until(
                 "kubelet restarted onto the relay",
-                lambda: (
-                    procs.pid_of(self.lay, "kubelet") not in (None, kubelet_before)
-                    and self.node_ready()
-                ),
+                lambda: self.kubelet_on_relay() and self.node_ready(),
                 120,
                 log=self.lay.log("reconnect"),
             )
@@ -312,6 +308,14 @@ class Cluster:
             timeout,
             log=self.lay.log("kubelet"),
         )
+
+    def kubelet_on_relay(self) -> bool:
+        """kubelet was (re)started after the relay's socket replaced the fallback link, so its
+        connection goes through the relay (the pid file is written as kubelet starts)."""
+        if procs.pid_of(self.lay, "kubelet") is None or not self.relay_serving():
+            return False
+        started = self.lay.pid_file("kubelet").stat().st_mtime
+        return started > self.lay.relay_socket.lstat().st_mtime
 
     # -- down -----------------------------------------------------------------------------------
 
