@@ -20,6 +20,7 @@ from enforcer.topology import CPUSet
 from tests.support.cluster import truth
 from tests.support.cluster import workloads as w
 from tests.support.cluster.bed import Cluster
+from tests.support.cluster.layout import CGROUP_ROOT
 
 NS = "placement"
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
@@ -56,7 +57,7 @@ def placed(cluster: Cluster) -> Cluster:
 
 def test_guaranteed_pod_gets_an_exclusive_cpu(placed: Cluster) -> None:
     (c,) = truth.containers_of(placed.kubectl, NS, "exclusive")
-    assert c.qos == "Guaranteed" and c.cgroup.startswith("kubepods/pod")
+    assert c.qos == "Guaranteed" and c.cgroup.startswith(f"{CGROUP_ROOT}/kubepods/pod")
     assert CPUSet.parse(c.cpus) == ALL - RESERVED
     # containerd holds the same pinning in the container's spec (what a restart re-applies).
     spec_cpus = truth.runtime_cpus(placed.lay, placed.bins["containerd"] / "ctr", c.container_id)
@@ -65,7 +66,7 @@ def test_guaranteed_pod_gets_an_exclusive_cpu(placed: Cluster) -> None:
 
 def test_burstable_pod_runs_on_the_shared_pool_without_it(placed: Cluster) -> None:
     (c,) = truth.containers_of(placed.kubectl, NS, "shared")
-    assert c.qos == "Burstable" and c.cgroup.startswith("kubepods/burstable/pod")
+    assert c.qos == "Burstable" and c.cgroup.startswith(f"{CGROUP_ROOT}/kubepods/burstable/pod")
     assert CPUSet.parse(c.cpus) == RESERVED
 
 

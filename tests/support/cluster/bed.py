@@ -337,7 +337,7 @@ class Cluster:
         if node.bridge_exists():
             problems.append("the CNI bridge is still there")
         if self.kubelet_marker.exists():  # kubelet made them: they go with it
-            problems += [f"cgroup left: {c}" for c in node.remove_kubepods_cgroups()]
+            problems += [f"cgroup left: {c}" for c in node.remove_cgroups()]
         if lay.root.exists() and not problems:
             for entry in lay.root.iterdir():
                 if entry != lay.logs:

@@ -11,6 +11,7 @@ import yaml
 
 from tests.support.cluster.layout import (
     BRIDGE,
+    CGROUP_ROOT,
     CNI_BIN_DIR,
     CNI_NETWORK,
     PAUSE_IMAGE,
@@ -49,6 +50,7 @@ def kubelet_config(lay: Layout, runtime_endpoint: str) -> str:
         "containerRuntimeEndpoint": runtime_endpoint,
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": True,
+        "cgroupRoot": f"/{CGROUP_ROOT}",
         "cpuManagerPolicy": "none",
         "failSwapOn": False,
         # Kubernetes 1.35+ refuses cgroup v1 hosts by default (KEP-5573); this machine is one.

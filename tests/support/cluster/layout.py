@@ -27,6 +27,9 @@ CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"
 PAUSE_IMAGE = "registry.k8s.io/pause:kre-local"
 MODES = ("nri", "relay")
+# kubelet's cgroupRoot: the pods' cgroups are CGROUP_ROOT/kubepods/..., apart from the
+# top-level kubepods that the kubelet emulator's tests use, so neither touches the other's.
+CGROUP_ROOT = "kre-cluster"
 
 
 def default_folder() -> Path:

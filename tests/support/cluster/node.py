@@ -1,6 +1,6 @@
 """What the cluster changes on this host besides its folder, and how it is undone: the one NAT
 rule standing in for kube-proxy, the pods' processes (found below the runtime's shims, never by
-cgroup: other tests' pods may live in ``kubepods`` too) and kubelet's ``kubepods`` cgroups,
+cgroup) and kubelet's cgroups (``kre-cluster/kubepods``),
 mounts below the cluster folder, the CNI bridge and its veths."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.cluster.layout import API_SERVICE_IP, APISERVER_PORT, BRIDGE
+from tests.support.cluster.layout import API_SERVICE_IP, APISERVER_PORT, BRIDGE, CGROUP_ROOT
 
 CGROUPFS = Path("/sys/fs/cgroup")
 _RULE_COMMENT = "kre-cluster: the kubernetes service, as kube-proxy would route it"
@@ -166,14 +166,15 @@ def bridge_exists() -> bool:
     return Path(f"/sys/class/net/{BRIDGE}").exists()
 
 
-def remove_kubepods_cgroups(timeout: float = 20.0) -> list[str]:
-    """rmdir the ``kubepods`` trees kubelet made, deepest first; returns those that stayed
+def remove_cgroups(timeout: float = 20.0) -> list[str]:
+    """rmdir the cgroup trees kubelet made (its cgroupRoot, ``kubepods`` below), deepest first;
+    returns those that stayed
     (a cgroup that still holds a process is never emptied here)."""
     deadline = time.monotonic() + timeout
     while True:
         left: list[str] = []
         for h in _hierarchies():
-            top = h / "kubepods"
+            top = h / CGROUP_ROOT
             if not top.is_dir():
                 continue
             dirs = sorted(

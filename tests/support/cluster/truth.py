@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cluster.kube import Kubectl
-from tests.support.cluster.layout import Layout
+from tests.support.cluster.layout import CGROUP_ROOT, Layout
 
 CGROUPFS = Path("/sys/fs/cgroup")
 _QOS_DIR = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
@@ -23,14 +23,14 @@ class ContainerTruth:
     container: str
     qos: str
     container_id: str
-    cgroup: str  # relative to a hierarchy's root: kubepods[/qos]/pod<uid>/<id>
+    cgroup: str  # relative to a hierarchy's root: kre-cluster/kubepods[/qos]/pod<uid>/<id>
     cpus: str
     mems: str
 
 
 def pod_cgroup(pod: dict[str, Any]) -> str:
     qos = pod["status"]["qosClass"]
-    parts = ["kubepods", _QOS_DIR[qos], f"pod{pod['metadata']['uid']}"]
+    parts = [CGROUP_ROOT, "kubepods", _QOS_DIR[qos], f"pod{pod['metadata']['uid']}"]
     return "/".join(p for p in parts if p)
 
 
