@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -144,7 +145,8 @@ def write_overlay(lay: Layout, kubectl: Kubectl, mode: str) -> Path:
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [str(b) for b in bases],
+        # kustomize takes folders by relative path only.
+        "resources": [os.path.relpath(b, overlay) for b in bases],
         "images": [
             {
                 "name": f"kube-resource-enforcer/{name}",
