@@ -332,6 +332,7 @@ class Cluster:
         for name in COMPONENTS[2:]:
             procs.stop(lay, name)
         node.remove_service_rules()
+        node.remove_log_links(lay.pod_logs)
         problems = [f"still mounted: {m}" for m in node.unmount_under(lay.root)]
         node.remove_bridge()
         if node.bridge_exists():

@@ -192,3 +192,13 @@ def remove_cgroups(timeout: float = 20.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
+
+
+def remove_log_links(pod_logs: Path, folder: Path = Path("/var/log/containers")) -> None:
+    """kubelet's links in /var/log/containers (a fixed path) into the cluster's pod logs."""
+    if not folder.is_dir():
+        return
+    for link in folder.iterdir():
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(str(pod_logs) + "/"):
+                link.unlink()
