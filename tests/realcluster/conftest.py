@@ -3,6 +3,9 @@ the rest built from upstream, the webhook and the enforcer from the images, depl
 `deploy/`. The ``cluster`` fixture is session-scoped and parametrized by mode (``nri``,
 ``relay``): pytest runs every test of one mode on one cluster, takes it down, then the other.
 
+``KRE_CLUSTER=.cluster`` runs the tests on a cluster that `make cluster-up` left running
+(select its mode: ``-k nri`` or ``-k relay``) and leaves it up.
+
 Nothing here skips: a failed build or a cluster that does not come up fails the tests (CI, and
 a developer who selected them). Leave them out explicitly with ``pytest -m "not cluster"``.
 kubelet owns the host's ``kubepods`` cgroups while the cluster runs: run these tests alone, or
@@ -46,6 +49,13 @@ def _unavailable() -> str | None:
 @pytest.fixture(scope="session", params=MODES)
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     mode: str = request.param
+    running = os.environ.get("KRE_CLUSTER")
+    if running:  # a cluster left up by `make cluster-up`: used as it is, never taken down
+        c = Cluster.attach(Path(running))
+        if c.mode != mode:
+            pytest.fail(f"{running} runs MODE={c.mode}; select its tests with -k {c.mode}")
+        yield c
+        return
     reason = _unavailable()
     if reason:
         pytest.fail(f"the cluster cannot run here: {reason}", pytrace=False)

@@ -235,6 +235,10 @@ class Cluster:
     # -- kubelet ----------------------------------------------------------------------------------
 
     @property
+    def shared_marker(self) -> Path:  # /sys was made shared by us: down() makes it private
+        return self.lay.run / "sys-made-shared"
+
+    @property
     def kubelet_marker(self) -> Path:
         return self.lay.run / "kubelet.started"
 
@@ -242,6 +246,9 @@ class Cluster:
         if not self.bins:
             raise ClusterError("no record of the builds: is the cluster up?")
         self.kubelet_marker.touch()
+        node.make_cgroup_root()
+        if node.share_sys():
+            self.shared_marker.touch()
         procs.start(self.lay, "kubelet", comp.kubelet_argv(self.bins, self.lay, self.node_ip))
 
     def stop_kubelet(self) -> None:
@@ -332,6 +339,8 @@ class Cluster:
         for name in COMPONENTS[2:]:
             procs.stop(lay, name)
         node.remove_service_rules()
+        if self.shared_marker.exists():
+            node.unshare_sys()
         node.remove_log_links(lay.pod_logs)
         problems = [f"still mounted: {m}" for m in node.unmount_under(lay.root)]
         node.remove_bridge()

@@ -166,6 +166,49 @@ def bridge_exists() -> bool:
     return Path(f"/sys/class/net/{BRIDGE}").exists()
 
 
+def _propagation(point: str) -> str | None:
+    """'shared', 'slave' or 'private' for the mount at ``point``; None when none is there."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == point:
+                optional = fields[6 : fields.index("-")]
+                if any(o.startswith("shared:") for o in optional):
+                    return "shared"
+                if any(o.startswith("master:") for o in optional):
+                    return "slave"
+                return "private"
+    return None
+
+
+def share_sys() -> bool:
+    """The enforcer's pod mounts /sys and /sys/fs/cgroup with `mountPropagation:
+    HostToContainer`, which the runtime allows only from a shared or slave mount: what systemd
+    makes every mount on a real node. Here (no systemd) /sys is private: make it shared, as a
+    node has it. Returns whether it changed anything (down() puts it back then)."""
+    if _propagation("/sys") == "private":
+        subprocess.run(["mount", "--make-rshared", "/sys"], check=True, capture_output=True)
+        return True
+    return False
+
+
+def unshare_sys() -> None:
+    subprocess.run(["mount", "--make-rprivate", "/sys"], capture_output=True)
+
+
+def make_cgroup_root() -> None:
+    """kubelet's cgroupRoot must exist in every hierarchy before it starts (as a node's
+    systemd slice would). A cgroup v1 cpuset starts empty: it gets its parent's CPUs and
+    memory nodes."""
+    for h in _hierarchies():
+        top = h / CGROUP_ROOT
+        top.mkdir(exist_ok=True)
+        if (h / "cpuset.cpus").exists():
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                if not (top / f).read_text().strip():
+                    (top / f).write_text((h / f).read_text())
+
+
 def remove_cgroups(timeout: float = 20.0) -> list[str]:
     """rmdir the cgroup trees kubelet made (its cgroupRoot, ``kubepods`` below), deepest first;
     returns those that stayed
