@@ -72,7 +72,7 @@ class Cluster:
         if mode not in MODES:
             raise ValueError(f"MODE must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
-        self.lay = Layout(root or default_folder())
+        self.lay = Layout((root or default_folder()).resolve())
         self.kubectl = Kubectl(self.lay)
         self.bins: dict[str, Path] = {}
         self.node_ip = ""
@@ -95,7 +95,7 @@ class Cluster:
     @classmethod
     def attach(cls, root: Path | None = None) -> Cluster:
         """The cluster that `up()` left running in ``root``."""
-        lay = Layout(root or default_folder())
+        lay = Layout((root or default_folder()).resolve())
         rec: dict[str, Any] = json.loads((lay.run / "cluster.json").read_text())
         c = cls(rec["mode"], lay.root)
         c.node_ip = rec["node_ip"]
