@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,9 +20,10 @@ ANNOTATION = "resource-enforcer.dev/resources"
 
 
 @pytest.fixture(scope="module")
-def ns(cluster: Cluster) -> str:
+def ns(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl.apply(w.dump(w.namespace(NS)))
-    return NS
+    yield NS
+    w.delete_namespace(cluster.kubectl, NS)
 
 
 def stored_resources(p: dict[str, Any]) -> dict[str, Any]:

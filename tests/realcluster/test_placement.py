@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,14 +45,15 @@ def cpus(cluster: Cluster, pod: str) -> CPUSet:
 
 
 @pytest.fixture(scope="module")
-def placed(cluster: Cluster) -> Cluster:
+def placed(cluster: Cluster) -> Iterator[Cluster]:
     if len(ALL) != 2:
         pytest.fail(f"these tests are written for the 2-CPU test machine, not {ALL}")
     w.configure(cluster.kubectl)
     cluster.kubectl.apply(w.dump(w.namespace(NS), *PODS))
     for p in PODS:
         w.wait_pod_running(cluster.kubectl, NS, p["metadata"]["name"])
-    return cluster
+    yield cluster
+    w.delete_namespace(cluster.kubectl, NS)
 
 
 def test_guaranteed_pod_gets_an_exclusive_cpu(placed: Cluster) -> None:

@@ -5,7 +5,7 @@ the node goes on placing new pods; truth from the cgroups."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,11 +44,12 @@ def delete(cluster: Cluster, *names: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def node(cluster: Cluster) -> Cluster:
+def node(cluster: Cluster) -> Iterator[Cluster]:
     w.configure(cluster.kubectl)
     cluster.kubectl.apply(w.dump(w.namespace(NS)))
     place(cluster, "shared", w.burstable())
-    return cluster
+    yield cluster
+    w.delete_namespace(cluster.kubectl, NS)
 
 
 def test_kubelet_restarted(node: Cluster) -> None:

@@ -59,6 +59,7 @@ def webhook_down(cluster: Cluster) -> Iterator[Cluster]:
         set_failure_policy(cluster, "Fail")
         scale_webhook(cluster, 2)
         cluster.wait_programs()
+        w.delete_namespace(cluster.kubectl, NS)
 
 
 def test_fail_refuses_the_pod_with_the_reason(webhook_down: Cluster) -> None:

@@ -124,3 +124,8 @@ def wait_pod_running(kubectl: Kubectl, ns: str, name: str, timeout: float = 120)
                 return p
         time.sleep(1)
     raise AssertionError(f"pod {ns}/{name} not running after {timeout} s: {p.get('status')}")
+
+
+def delete_namespace(kubectl: Kubectl, name: str) -> None:
+    """Each module's pods go with its namespace: the node has 2 CPUs to share between them."""
+    kubectl.run("delete", "namespace", name, "--wait=true", "--ignore-not-found", timeout=300)
