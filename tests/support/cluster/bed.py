@@ -239,12 +239,18 @@ class Cluster:
         return self.lay.run / "sys-made-shared"
 
     @property
+    def log_links_marker(self) -> Path:
+        return self.lay.run / "log-links-made"
+
+    @property
     def kubelet_marker(self) -> Path:
         return self.lay.run / "kubelet.started"
 
     def start_kubelet(self) -> None:
         if not self.bins:
             raise ClusterError("no record of the builds: is the cluster up?")
+        if not self.kubelet_marker.exists() and not node.LOG_LINKS.exists():
+            self.log_links_marker.touch()  # kubelet will make /var/log/containers
         self.kubelet_marker.touch()
         node.make_cgroup_root()
         if node.share_sys():
@@ -341,7 +347,7 @@ class Cluster:
         node.remove_service_rules()
         if self.shared_marker.exists():
             node.unshare_sys()
-        node.remove_log_links(lay.pod_logs)
+        node.remove_log_links(lay.pod_logs, made=self.log_links_marker.exists())
         problems = [f"still mounted: {m}" for m in node.unmount_under(lay.root)]
         node.remove_bridge()
         if node.bridge_exists():

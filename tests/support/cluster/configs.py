@@ -66,7 +66,7 @@ def kubelet_config(lay: Layout, runtime_endpoint: str) -> str:
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "clusterDomain": "cluster.local",
-        "podLogsDirectory": str(lay.pod_logs),
+        "podLogsDir": str(lay.pod_logs),
         "staticPodPath": "",
         "rotateCertificates": False,
         "serverTLSBootstrap": False,

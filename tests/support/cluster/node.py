@@ -237,11 +237,18 @@ def remove_cgroups(timeout: float = 20.0) -> list[str]:
         time.sleep(0.5)
 
 
-def remove_log_links(pod_logs: Path, folder: Path = Path("/var/log/containers")) -> None:
-    """kubelet's links in /var/log/containers (a fixed path) into the cluster's pod logs."""
+LOG_LINKS = Path("/var/log/containers")
+
+
+def remove_log_links(pod_logs: Path, folder: Path = LOG_LINKS, *, made: bool = False) -> None:
+    """kubelet's links in /var/log/containers (a fixed path) into the cluster's pod logs; the
+    folder too when kubelet ``made`` it and nothing else is left in it."""
     if not folder.is_dir():
         return
     for link in folder.iterdir():
         with contextlib.suppress(OSError):
             if link.is_symlink() and os.readlink(link).startswith(str(pod_logs) + "/"):
                 link.unlink()
+    if made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
