@@ -293,6 +293,13 @@ class Cluster:
             == 0
         )
 
+    def _daemonset_ready(self) -> bool:
+        """Its pod on the node is ready (`rollout status` alone passes while no pod is wanted
+        yet, before the DaemonSet controller has seen the node)."""
+        ds = self.kubectl.json("-n", "resource-enforcer", "get", "daemonset", "resource-enforcer")
+        st = ds.get("status", {})
+        return bool(st.get("desiredNumberScheduled", 0) >= 1 and st.get("numberReady", 0) >= 1)
+
     def relay_serving(self) -> bool:
         p = self.lay.relay_socket
         return p.is_socket() and not p.is_symlink()
@@ -302,7 +309,7 @@ class Cluster:
         onto it (the node Ready again)."""
         procs.wait_until(
             "the enforcer DaemonSet ready",
-            lambda: self._rollout("daemonset", "resource-enforcer"),
+            lambda: self._daemonset_ready() and self._rollout("daemonset", "resource-enforcer"),
             timeout,
             log=self.lay.log("kubelet"),
         )
