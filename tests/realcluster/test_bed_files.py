@@ -112,3 +112,27 @@ def test_kubernetes_module_replaces_every_staging_module() -> None:
     theirs = Path(json.loads(upstream.stdout)["GoMod"]).read_text()
     wanted = set(re.findall(r"^\s*(k8s\.io/\S+) => \./staging/", theirs, re.M))
     assert wanted and wanted == set(replaces)
+
+
+def test_kubelet_configuration_uses_only_fields_of_the_pinned_kubelet(tmp_path: Path) -> None:
+    """kubelet ignores a key it does not know (a misspelt one silently does nothing): every key
+    we write must be a json field of KubeletConfiguration in k8s.io/kubelet of the release."""
+    gomod = (REPO / "tests/beds/cluster/kubernetes/go.mod").read_text()
+    staging = re.search(r"^replace k8s\.io/kubelet => k8s\.io/kubelet (\S+)$", gomod, re.M)
+    assert staging, "no replace line for k8s.io/kubelet"
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubelet@{staging.group(1)}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO / "tests/beds/cluster/kubernetes",
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    types = Path(json.loads(out.stdout)["Dir"], "config/v1beta1/types.go").read_text()
+    body = types[types.index("type KubeletConfiguration struct") :]
+    body = body[: body.index("\n}\n")]
+    fields = set(re.findall(r'json:"([A-Za-z0-9]+)[,"]', body)) | {"apiVersion", "kind"}
+    ours = yaml.safe_load(configs.kubelet_config(Layout(tmp_path), "unix:///x.sock"))
+    assert set(ours) - fields == set()

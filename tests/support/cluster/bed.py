@@ -249,6 +249,11 @@ class Cluster:
     def start_kubelet(self) -> None:
         if not self.bins:
             raise ClusterError("no record of the builds: is the cluster up?")
+        if not Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            say(
+                "WARNING: this host is cgroup v1; kubelet runs with failCgroupV1: false "
+                "(Kubernetes 1.35+ refuses cgroup v1 otherwise, KEP-5573; cgroup v1 is deprecated)"
+            )
         if not self.kubelet_marker.exists() and not node.LOG_LINKS.exists():
             self.log_links_marker.touch()  # kubelet will make /var/log/containers
         self.kubelet_marker.touch()
