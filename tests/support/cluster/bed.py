@@ -373,6 +373,25 @@ class Cluster:
                         shutil.rmtree(entry)
                     else:
                         entry.unlink()
+        problems += self.leftovers()
         for p in problems:
             say(p)
         return problems
+
+    def leftovers(self) -> list[str]:
+        """Anything of the cluster still on the host, checked afresh: a process whose command
+        line names the cluster's folder (components, shims, the reconnect service) or a child
+        of a shim, a mount below the folder, the NAT rule, the bridge, a cgroup, a
+        /var/log/containers link into the folder, the folder itself but for its logs."""
+        lay = self.lay
+        found = [f"process {p} still runs" for p in node.processes_naming(lay.root)]
+        found += [f"still mounted: {m}" for m in node.mounts_under(lay.root)]
+        if node.service_rules():
+            found.append("the NAT rule for the kubernetes service is still there")
+        if node.bridge_exists():
+            found.append("the CNI bridge is still there")
+        found += [f"cgroup left: {c}" for c in node.cgroups_left()]
+        found += [f"log link left: {p}" for p in node.log_links_into(lay.pod_logs)]
+        if lay.root.exists():
+            found += [f"left in the folder: {e}" for e in lay.root.iterdir() if e != lay.logs]
+        return found

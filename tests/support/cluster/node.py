@@ -59,12 +59,15 @@ def add_service_rule(ip: str) -> None:
         subprocess.run(["iptables", "-t", "nat", "-A", *rule], check=True, capture_output=True)
 
 
-def remove_service_rules() -> None:
+def service_rules() -> list[str]:
     out = subprocess.run(["iptables", "-t", "nat", "-S", "OUTPUT"], capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        if _RULE_COMMENT in line and line.startswith("-A "):
-            argv = _split_rule(line[3:])
-            subprocess.run(["iptables", "-t", "nat", "-D", *argv], capture_output=True)
+    return [ln for ln in out.stdout.splitlines() if _RULE_COMMENT in ln and ln.startswith("-A ")]
+
+
+def remove_service_rules() -> None:
+    for line in service_rules():
+        argv = _split_rule(line[3:])
+        subprocess.run(["iptables", "-t", "nat", "-D", *argv], capture_output=True)
 
 
 def _split_rule(text: str) -> list[str]:
@@ -252,3 +255,34 @@ def remove_log_links(pod_logs: Path, folder: Path = LOG_LINKS, *, made: bool = F
     if made:
         with contextlib.suppress(OSError):
             folder.rmdir()
+
+
+def processes_naming(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (every daemon of the cluster does), and
+    those below the cluster's shims."""
+    needle = (str(folder) + "/").encode()
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return sorted(found | descendants(found))
+
+
+def cgroups_left() -> list[str]:
+    return [str(h / CGROUP_ROOT) for h in _hierarchies() if (h / CGROUP_ROOT).exists()]
+
+
+def log_links_into(pod_logs: Path, folder: Path = LOG_LINKS) -> list[str]:
+    if not folder.is_dir():
+        return []
+    found = []
+    for link in folder.iterdir():
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(str(pod_logs) + "/"):
+                found.append(str(link))
+    return found
