@@ -28,6 +28,7 @@ RESERVED = CPUSet.parse("0")
 PODS = [
     w.pod("exclusive", NS, w.container("app", w.guaranteed("1"))),
     w.pod("shared", NS, w.container("app", w.burstable())),
+    w.pod("best-effort", NS, w.container("app")),
 ]
 
 
@@ -65,9 +66,10 @@ def test_guaranteed_pod_gets_an_exclusive_cpu(placed: Cluster) -> None:
     assert CPUSet.parse(spec_cpus) == ALL - RESERVED
 
 
-def test_burstable_pod_runs_on_the_shared_pool_without_it(placed: Cluster) -> None:
-    (c,) = truth.containers_of(placed.kubectl, NS, "shared")
-    assert c.qos == "Burstable" and c.cgroup.startswith(f"{CGROUP_ROOT}/kubepods/burstable/pod")
+@pytest.mark.parametrize(("pod", "qos"), [("shared", "burstable"), ("best-effort", "besteffort")])
+def test_other_pods_run_on_the_shared_pool_without_it(placed: Cluster, pod: str, qos: str) -> None:
+    (c,) = truth.containers_of(placed.kubectl, NS, pod)
+    assert c.cgroup.startswith(f"{CGROUP_ROOT}/kubepods/{qos}/pod")
     assert CPUSet.parse(c.cpus) == RESERVED
 
 
@@ -96,12 +98,13 @@ def test_plan_predicts_what_the_node_did(placed: Cluster, tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stderr
     predicted = {row["pod"]: CPUSet.parse(row["cpus"]) for row in json.loads(out.stdout)}
-    assert predicted == {"exclusive": cpus(placed, "exclusive"), "shared": cpus(placed, "shared")}
+    assert predicted == {p: cpus(placed, p) for p in ("exclusive", "shared", "best-effort")}
 
 
 def test_deletion_frees_the_cpu_and_widens_the_shared_pool(placed: Cluster) -> None:
     placed.kubectl.run("-n", NS, "delete", "pod", "exclusive", "--wait=true", timeout=120)
-    wait_for("the shared pod's cpuset to widen", lambda: cpus(placed, "shared") == ALL)
+    wait_for("the shared pods' cpusets to widen", lambda: cpus(placed, "shared") == ALL)
+    wait_for("", lambda: cpus(placed, "best-effort") == ALL)
     # The freed CPU is exclusive again for the next Guaranteed pod.
     again = w.pod("exclusive-again", NS, w.container("app", w.guaranteed("1")))
     placed.kubectl.apply(w.dump(again))
