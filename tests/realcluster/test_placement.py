@@ -104,7 +104,7 @@ def test_plan_predicts_what_the_node_did(placed: Cluster, tmp_path: Path) -> Non
 def test_deletion_frees_the_cpu_and_widens_the_shared_pool(placed: Cluster) -> None:
     placed.kubectl.run("-n", NS, "delete", "pod", "exclusive", "--wait=true", timeout=120)
     wait_for("the shared pods' cpusets to widen", lambda: cpus(placed, "shared") == ALL)
-    wait_for("", lambda: cpus(placed, "best-effort") == ALL)
+    wait_for("the best-effort pod too", lambda: cpus(placed, "best-effort") == ALL)
     # The freed CPU is exclusive again for the next Guaranteed pod.
     again = w.pod("exclusive-again", NS, w.container("app", w.guaranteed("1")))
     placed.kubectl.apply(w.dump(again))
