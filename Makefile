@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean
+.PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean \
+	cluster-build cluster-up cluster-down cluster-demo
 
 system-deps:
 	./.ci/system-deps.sh
@@ -26,7 +27,10 @@ lint: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
+# The cluster's builds come first, so their time shows apart; a failed build is reported here
+# and again, as a failure, by the cluster tests (tests/realcluster/), which never skip.
 test: system-deps install lint
+	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2
 	$(BIN)/pytest -q
 
 # Only the image tests (also part of `make test`): both images built with podman on a Debian
@@ -56,3 +60,20 @@ constraints: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# The single-node Kubernetes test bed (docs/testing.md, "The cluster"): upstream programs built
+# once and cached by version (tests/beds/cluster/build.sh), our images deployed with deploy/.
+MODE    ?= nri
+RUNTIME ?= containerd
+
+cluster-build: system-deps
+	./tests/beds/cluster/build.sh
+
+cluster-up: system-deps install
+	$(BIN)/python -m tests.support.cluster up --mode $(MODE) --runtime $(RUNTIME)
+
+cluster-down: install
+	$(BIN)/python -m tests.support.cluster down
+
+cluster-demo: system-deps install
+	$(BIN)/python -m tests.support.cluster demo --mode $(MODE) --runtime $(RUNTIME)

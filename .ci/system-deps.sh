@@ -18,6 +18,13 @@ command -v wrk >/dev/null || need+=(wrk)  # bench/webhook: fixed-concurrency loa
 command -v podman >/dev/null || need+=(podman)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+# The cluster test bed (tests/beds/cluster/): CNI plugins, iptables for its one service rule,
+# gcc and a static libc for the pause program. Go itself comes with the machine (Go 1.26).
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null || need+=(iptables)
+command -v gcc >/dev/null || need+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+command -v ip >/dev/null || need+=(iproute2)
 
 # containerd 1.7 with NRI for the NRI plugin's tests, beside (never instead of) the system's.
 containerd17() { "$(dirname "$0")/containerd17.sh"; }

@@ -1,0 +1,1 @@
+"""The single-node Kubernetes test bed (tests/beds/cluster/): upstream programs, run here."""

@@ -1,0 +1,199 @@
+"""Our two programs on the cluster, from the images `make test` builds.
+
+The images are built by tests/images' own code (podman, the Debian base of .ci/base-image.sh),
+saved and imported into the cluster's containerd (`ctr -n k8s.io images import`), then deployed
+with `deploy/` and kubectl as docs/install.md and docs/webhook.md tell an operator: the
+webhook's certificates from `resource-webhook certs`, `kubectl apply -k`, the Secret, the
+`caBundle` patch. The only difference is a kustomize overlay of the test bed's own
+(``.cluster/deploy/overlay``): the images' local names, and the node-local paths of the private
+containerd (its socket, the NRI socket, the relay socket and the enforcer's state folder), each
+mounted at the same path inside the pod as on the host so the relay's fallback link points where
+kubelet can follow it.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support import images
+from tests.support.cluster.kube import Kubectl
+from tests.support.cluster.layout import PAUSE_IMAGE, REPO, Layout
+
+IMAGE_REPO = "localhost/kube-resource-enforcer"
+IMAGES = {"webhook": f"{IMAGE_REPO}/webhook:test", "enforcer": f"{IMAGE_REPO}/enforcer:test"}
+
+
+def _run(argv: list[str], timeout: float = 600) -> str:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def build_images() -> dict[str, str]:
+    """Both images, built by tests/images' code on the Debian base; name -> reference."""
+    from tests.images.img_support import build  # the one image build of the project
+
+    base = _run([str(REPO / ".ci" / "base-image.sh")], timeout=1800).strip().splitlines()[-1]
+    return {name: build(name, base).ref for name in ("webhook", "enforcer")}
+
+
+def build_pause_image(pause_bin: Path) -> str:
+    """The pod sandbox image: Kubernetes' own pause program (built static by build.sh)."""
+    with tempfile.TemporaryDirectory(prefix="kre-pause-") as ctx:
+        shutil.copy2(pause_bin / "pause", Path(ctx) / "pause")
+        (Path(ctx) / "Containerfile").write_text(
+            'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
+        )
+        _run(["podman", "build", "--format=docker", f"--tag={PAUSE_IMAGE}", ctx])
+    return PAUSE_IMAGE
+
+
+def import_archive(lay: Layout, ctr: Path, archive: Path, snapshotter: str) -> None:
+    """ctr import an image archive into the CRI namespace of the cluster's containerd."""
+    _run(
+        [
+            str(ctr),
+            f"--address={lay.containerd_socket}",
+            "--namespace=k8s.io",
+            "images",
+            "import",
+            f"--snapshotter={snapshotter}",
+            str(archive),
+        ]
+    )
+
+
+def import_images(lay: Layout, ctr: Path, refs: list[str], snapshotter: str) -> None:
+    """podman save each image, then ctr import it; and the busybox image of the test pods
+    (tests/support/images.py, as every other end-to-end test uses)."""
+    lay.images.mkdir(parents=True, exist_ok=True)
+    for ref in refs:
+        archive = lay.images / (ref.rsplit("/", 1)[-1].replace(":", "_") + ".tar")
+        archive.unlink(missing_ok=True)
+        _run(["podman", "save", "--format=docker-archive", f"--output={archive}", ref])
+        import_archive(lay, ctr, archive, snapshotter)
+        archive.unlink()
+    busybox = images.build_oci_archive(lay.images / "busybox.oci.tar", images.BUSYBOX)
+    import_archive(lay, ctr, busybox, snapshotter)
+    busybox.unlink()
+
+
+def _host_paths(lay: Layout) -> dict[str, str]:
+    """Paths of a real node (deploy/'s defaults) -> the test bed's private ones."""
+    return {
+        "/run/containerd": str(lay.containerd),
+        "/run/resource-enforcer": str(lay.relay_dir),
+        "/var/lib/resource-enforcer": str(lay.enforcer_state),
+        "/var/run/nri": str(lay.nri_dir),
+    }
+
+
+def _swap(text: str, paths: dict[str, str]) -> str:
+    for real, ours in paths.items():
+        if text == real or text.startswith(real + "/") or ("=" + real) in text:
+            return text.replace(real, ours, 1)
+    return text
+
+
+def enforcer_patch(daemonset: dict[str, Any], lay: Layout) -> list[dict[str, Any]]:
+    """JSON patch of the rendered DaemonSet: node-local paths only (args, mounts, volumes)."""
+    paths = _host_paths(lay)
+    spec = daemonset["spec"]["template"]["spec"]
+    container = copy.deepcopy(spec["containers"][0])
+    args = [_swap(a, paths) for a in container["args"]]
+    mounts = container["volumeMounts"]
+    for m in mounts:
+        m["mountPath"] = _swap(m["mountPath"], paths)
+    volumes = copy.deepcopy(spec["volumes"])
+    for v in volumes:
+        if "hostPath" in v:
+            v["hostPath"]["path"] = _swap(v["hostPath"]["path"], paths)
+    base = "/spec/template/spec"
+    return [
+        {"op": "replace", "path": f"{base}/containers/0/args", "value": args},
+        {"op": "replace", "path": f"{base}/containers/0/volumeMounts", "value": mounts},
+        {"op": "replace", "path": f"{base}/volumes", "value": volumes},
+    ]
+
+
+def write_overlay(lay: Layout, kubectl: Kubectl, mode: str) -> Path:
+    """The test bed's overlay over deploy/ (relay) or deploy/webhook + deploy/nri (NRI)."""
+    bases = [REPO / "deploy"] if mode == "relay" else [REPO / "deploy/webhook", REPO / "deploy/nri"]
+    rendered = ""
+    for b in bases:
+        rendered += kubectl.run("kustomize", str(b)).stdout + "\n---\n"
+    daemonset = next(
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "resource-enforcer"
+    )
+    overlay = lay.deploy / "overlay"
+    if overlay.exists():
+        shutil.rmtree(overlay)
+    overlay.mkdir(parents=True)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes folders by relative path only.
+        "resources": [os.path.relpath(b, overlay) for b in bases],
+        "images": [
+            {
+                "name": f"kube-resource-enforcer/{name}",
+                "newName": ref.rsplit(":", 1)[0],
+                "newTag": ref.rsplit(":", 1)[1],
+            }
+            for name, ref in IMAGES.items()
+        ],
+        "patches": [
+            {
+                "target": {"kind": "DaemonSet", "name": "resource-enforcer"},
+                "patch": json.dumps(enforcer_patch(daemonset, lay)),
+            }
+        ],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return overlay
+
+
+def deploy(lay: Layout, kubectl: Kubectl, mode: str, webhook_cli: Path) -> None:
+    """docs/webhook.md, "With `resource-webhook certs`", through the overlay."""
+    for d in (lay.enforcer_state, lay.relay_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    certs = lay.deploy / "certs"
+    _run(
+        [
+            str(webhook_cli),
+            "certs",
+            "--service",
+            "resource-webhook",
+            "--namespace",
+            "resource-enforcer",
+            "--out",
+            str(certs),
+        ]
+    )
+    overlay = write_overlay(lay, kubectl, mode)
+    kubectl.run("apply", "-k", str(overlay), timeout=120)
+    kubectl.run("apply", "-f", str(certs / "webhook-secret.yaml"))
+    bundle = (certs / "ca-bundle.b64").read_text().strip()
+    base64.b64decode(bundle, validate=True)
+    patch = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]
+    kubectl.run(
+        "patch",
+        "mutatingwebhookconfiguration",
+        "resource-enforcer",
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+    )

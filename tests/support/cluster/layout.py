@@ -1,0 +1,133 @@
+"""Where everything of the single-node cluster lives, and its fixed names, ports and ranges.
+
+One folder holds it all (``.cluster/`` at the repository root by default, git-ignored):
+certificates, configuration files, etcd's data, kubelet's root, the private containerd's root,
+state and sockets, the relay's socket and state, and every component's log (``logs/``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+NODE_NAME = "kre-node"
+# Private ranges: pods on a bridge of their own, services never routed but for the one rule that
+# stands in for kube-proxy (the API server's own service, for pods on the host network).
+POD_CIDR = "10.217.0.0/24"
+SERVICE_CIDR = "10.218.0.0/24"
+API_SERVICE_IP = "10.218.0.1"
+BRIDGE = "kre-cni0"
+CNI_NETWORK = "kre-pods"
+ETCD_CLIENT_PORT = 23790
+ETCD_PEER_PORT = 23800
+APISERVER_PORT = 6443
+CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
+RUNC = "/usr/sbin/runc"
+PAUSE_IMAGE = "registry.k8s.io/pause:kre-local"
+MODES = ("nri", "relay")
+# kubelet's cgroupRoot: the pods' cgroups are CGROUP_ROOT/kubepods/..., apart from the
+# top-level kubepods that the kubelet emulator's tests use, so neither touches the other's.
+CGROUP_ROOT = "kre-cluster"
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get("KRE_CLUSTER_DIR", str(REPO / ".cluster")))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of one cluster, below ``root``."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:  # pid files and the cluster's own record
+        return self.root / "run"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bin / "kubectl"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.root / "pod-logs"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def containerd(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd / "containerd.sock"
+
+    @property
+    def nri_dir(self) -> Path:
+        return self.containerd / "nri"
+
+    @property
+    def nri_socket(self) -> Path:
+        return self.nri_dir / "nri.sock"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_ipam(self) -> Path:
+        return self.root / "cni" / "ipam"
+
+    @property
+    def relay_dir(self) -> Path:
+        return self.root / "relay"
+
+    @property
+    def relay_socket(self) -> Path:
+        return self.relay_dir / "cri.sock"
+
+    @property
+    def enforcer_state(self) -> Path:
+        return self.root / "enforcer-state"
+
+    @property
+    def deploy(self) -> Path:  # the kustomize overlay of the test bed, and the webhook's certs
+        return self.root / "deploy"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    def pid_file(self, name: str) -> Path:
+        return self.run / f"{name}.pid"
+
+    def log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"

@@ -1,0 +1,81 @@
+"""What the node really did to a pod's containers, read from the kernel's cgroup files under
+kubelet's pod cgroup (cgroupfs driver, cgroup v1) and from the runtime (ctr), never from the
+enforcer's own state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.cluster.kube import Kubectl
+from tests.support.cluster.layout import CGROUP_ROOT, Layout
+
+CGROUPFS = Path("/sys/fs/cgroup")
+_QOS_DIR = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
+
+
+@dataclass(frozen=True)
+class ContainerTruth:
+    pod: str
+    container: str
+    qos: str
+    container_id: str
+    cgroup: str  # relative to a hierarchy's root: kre-cluster/kubepods[/qos]/pod<uid>/<id>
+    cpus: str
+    mems: str
+
+
+def pod_cgroup(pod: dict[str, Any]) -> str:
+    qos = pod["status"]["qosClass"]
+    parts = [CGROUP_ROOT, "kubepods", _QOS_DIR[qos], f"pod{pod['metadata']['uid']}"]
+    return "/".join(p for p in parts if p)
+
+
+def read_cpuset(cgroup: str) -> tuple[str, str]:
+    d = CGROUPFS / "cpuset" / cgroup
+    return (d / "cpuset.cpus").read_text().strip(), (d / "cpuset.mems").read_text().strip()
+
+
+def containers_of(kubectl: Kubectl, namespace: str, pod_name: str) -> list[ContainerTruth]:
+    """Each running container of the pod, with its cpuset and memory nodes from its cgroup."""
+    pod = kubectl.json("-n", namespace, "get", "pod", pod_name)
+    base = pod_cgroup(pod)
+    found = []
+    for st in pod["status"].get("containerStatuses", []):
+        cid = st.get("containerID", "").split("://", 1)[-1]
+        if not cid or "running" not in st.get("state", {}):
+            continue
+        cgroup = f"{base}/{cid}"
+        cpus, mems = read_cpuset(cgroup)
+        found.append(
+            ContainerTruth(pod_name, st["name"], pod["status"]["qosClass"], cid, cgroup, cpus, mems)
+        )
+    return found
+
+
+def runtime_spec(lay: Layout, ctr: Path, container_id: str) -> dict[str, Any]:
+    """The OCI spec containerd holds for the container (`ctr containers info`)."""
+    out = subprocess.run(
+        [
+            str(ctr),
+            f"--address={lay.containerd_socket}",
+            "--namespace=k8s.io",
+            "containers",
+            "info",
+            container_id,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    info: dict[str, Any] = json.loads(out)
+    return info["Spec"]
+
+
+def runtime_cpus(lay: Layout, ctr: Path, container_id: str) -> str:
+    spec = runtime_spec(lay, ctr, container_id)
+    return str(spec.get("linux", {}).get("resources", {}).get("cpu", {}).get("cpus", ""))
