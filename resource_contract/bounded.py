@@ -79,7 +79,7 @@ def json_depth(text: str | bytes) -> int:
         brackets: list[Any] = _BRACKET_B.findall(_STRING_B.sub(b"", text))
     else:
         brackets = _BRACKET.findall(_STRING.sub("", text))
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
 def check_json_bounds(text: str | bytes, limits: Limits) -> None:
@@ -264,3 +264,19 @@ def read_text_file(path: str | os.PathLike[str], limits: Limits) -> str:
     """A UTF-8 text file within `limits.max_bytes`: OSError (NotRegularFile included) when it
     cannot be read, BoundError when too large or not UTF-8."""
     return decode_utf8(read_bounded(path, limits.max_bytes))
+
+
+# A sysfs, resctrl or cgroup value: the kernel writes at most a page for most, and a CPU list of
+# the largest machine is about 40 KB; a file beyond this is not a kernel's value.
+VALUE_FILE_MAX_BYTES = 1 << 20
+
+
+def read_value_file(path: str | os.PathLike[str]) -> str:
+    """A kernel value file's text (sysfs, resctrl, cgroups; ASCII, anything else replaced):
+    never blocks on a FIFO and never reads more than VALUE_FILE_MAX_BYTES. Any refusal is an
+    OSError (NotRegularFile, EFBIG), as the callers' other read failures are."""
+    try:
+        raw = read_bounded(path, VALUE_FILE_MAX_BYTES)
+    except BoundError as exc:
+        raise OSError(errno.EFBIG, str(exc), str(path)) from None
+    return raw.decode("ascii", "replace")

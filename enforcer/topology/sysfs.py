@@ -13,6 +13,7 @@ from pathlib import Path
 
 from enforcer.topology.cpuset import CPUSet
 from enforcer.topology.model import CPUInfo, NumaNode, Topology, TopologyError
+from resource_contract.bounded import read_value_file
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
@@ -233,7 +234,7 @@ def _read_distances(path: Path, count: int) -> list[int] | None:
 
 def _read_text(path: Path, *, optional: bool = False) -> str | None:
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        return read_value_file(path)  # a FIFO or a huge file is refused, never waited on
     except FileNotFoundError:
         if optional:
             return None
