@@ -144,7 +144,7 @@ def test_a_fifo_is_refused_at_once_never_waited_on(tmp_path: Path) -> None:
     def read() -> None:
         try:
             read_value_file(fifo)
-        except BaseException as exc:  # noqa: BLE001 - what the thread saw is checked below
+        except BaseException as exc:  # what the thread saw is checked below
             done.append(exc)
 
     reader = threading.Thread(target=read, daemon=True)
