@@ -42,7 +42,7 @@ def _serve(certs: Path, config: Path) -> subprocess.CompletedProcess[str]:
             "0",
             "--config",
             str(config),
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=60,
