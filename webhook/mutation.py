@@ -252,6 +252,8 @@ class Mutator:
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
+                            if parsed < _ZERO:  # the API server refuses it: so do we
+                                raise ValueError(quantity)
                             if key == "cpu":
                                 cpu = parsed
                             elif key == "memory":
@@ -264,6 +266,8 @@ class Mutator:
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
+                            if parsed < _ZERO:
+                                raise ValueError(quantity)
                             if key == "cpu":
                                 limit_cpu = parsed
                             elif key == "memory":
