@@ -66,3 +66,23 @@ def test_serve_refuses_a_configuration_nested_too_deep(certs: Path, tmp_path: Pa
     assert f"{config}: classAccess.rdt.0.0.0" in out.stderr
     assert "nested more than 32 levels deep" in out.stderr
     assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
+
+
+def test_negative_requests_and_limits_are_denied(client: httpx.Client) -> None:
+    """The API server refuses a negative request or limit; once the webhook annotated it."""
+    for requests, limits, where, shown in (
+        ({"cpu": "-1"}, None, "resources.requests.cpu", "-1"),
+        ({"cpu": "100m"}, {"memory": "-1Gi"}, "resources.limits.memory", "-1Gi"),
+        ({"cpu": "100m"}, {"cpu": -2}, "resources.limits.cpu", "-2"),
+    ):
+        for init in (False, True):
+            c = container("app", requests=requests, limits=limits)
+            p = pod([container("main")], init_containers=[c]) if init else pod([c])
+            response = client.post("/mutate", content=body(review(p))).json()["response"]
+            assert response["allowed"] is False
+            status = response["status"]
+            field = "initContainers" if init else "containers"
+            assert status["code"] == 400
+            assert status["message"] == (
+                f'{field} "app": {where}: "{shown}" is negative (must be 0 or more)'
+            ), status
