@@ -275,3 +275,13 @@ def test_journal_record(depth: int) -> None:
     found = journal.decode(raw)
     assert [r["seq"] for r in found.records] == [1]  # the deep record is not applied
     assert found.why == f"a record nested {depth + 1} levels deep, more than 32"
+
+
+def test_stored_configuration(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The cluster's last configuration, kept in the state folder: a deep one is not used
+    (and logged), never RecursionError at start."""
+    from enforcer.cluster.store import LAST_GOOD_FILE, LastGoodStore
+
+    (tmp_path / LAST_GOOD_FILE).write_bytes(b'{"source":' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert LastGoodStore(tmp_path).load() is None
+    assert "is unreadable (nested 5001 levels deep, more than 8); not using it" in caplog.text
