@@ -235,7 +235,7 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     ),
     "bad-cpu-list": (
         edit(lambda s: setitem(admitted(s, 0), "exclusive", "1-x")),
-        "cannot be read (ValueError: invalid CPU list '1-x'",
+        "cannot be read (CpusetError: invalid CPU list '1-x'",
         "2 of 6 entries",
         ("second", "third"),
     ),
