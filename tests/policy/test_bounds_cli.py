@@ -202,3 +202,28 @@ def test_a_fifo_under_sysfs_root_is_refused_not_waited_on(tmp_path: Path, fifo_s
     assert out.returncode == 1
     assert want in out.stdout + out.stderr
     clean(out)
+
+
+@pytest.mark.parametrize("command", ["run", "nri"])
+def test_the_daemons_refuse_such_a_configuration_in_one_line(tmp_path: Path, command: str) -> None:
+    """Refused before any socket is touched: the runtime's socket need not exist."""
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes(b"policy:\n  name: static\n  reservedNamespaces: [caf\xe9]\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("policy:\n  reservedNamespaces: " + "[" * 3000 + "]" * 3000 + "\n")
+    reversed_ = tmp_path / "reversed.yaml"
+    reversed_.write_text('policy:\n  name: static\n  reservedCPUs: "3-1"\n')
+    socket = ["--runtime-socket", str(tmp_path / "none.sock"), "--relay-socket"]
+    socket += [str(tmp_path / "relay.sock")]
+    if command == "nri":
+        socket = ["--nri-socket", str(tmp_path / "none.sock")]
+    for config, line in (
+        (latin, f"configuration refused: {latin}: not UTF-8 text (byte 0xe9 at offset 49)"),
+        (deep, f"configuration refused: {deep}: policy.reservedNamespaces.0.0.0.0.0.0"),
+        (reversed_, 'configuration refused: policy.reservedCPUs: "3-1" is not a cpuset'),
+    ):
+        out = run(command, "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                  "--metrics-address", "", *socket)  # fmt: skip
+        assert out.returncode == 1
+        assert line in out.stderr, out.stderr
+        clean(out)
