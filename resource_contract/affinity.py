@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from resource_contract.bounded import BoundError, Limits, load_yaml
 from resource_contract.keys import DOMAIN, PEER_DOMAINS
 
 AFFINITY_KEYS = tuple(f"{d}/affinity" for d in (DOMAIN, *PEER_DOMAINS))
@@ -48,6 +49,9 @@ _POD_KEYS = ("pod/name", "pod/namespace", "pod/qosclass", "pod/uid", "pod/id")
 MAX_WEIGHT = 1000
 MAX_ANNOTATION_BYTES = 64 << 10  # YAML is parsed, so the text is bounded first
 MAX_RULES = 256  # per pod and kind
+# The format nests 5 levels ({container: [{match: {values: [...]}}]}); aliases count as the
+# values they repeat, so a short text never stands for more than a text of the bound could hold.
+ANNOTATION_LIMITS = Limits(max_bytes=MAX_ANNOTATION_BYTES, max_depth=16, max_nodes=32 << 10)
 _CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
 
 
@@ -183,10 +187,12 @@ def _weight(data: Any, where: str, sign: int) -> int:
 
 def parse_affinity(text: str, key: str, sign: int) -> dict[str, tuple[AffinityTerm, ...]]:
     """One annotation's value: container -> its rules. AffinityError naming the spot."""
-    if len(text.encode()) > MAX_ANNOTATION_BYTES:
+    if len(text) > MAX_ANNOTATION_BYTES or len(text.encode()) > MAX_ANNOTATION_BYTES:
         raise AffinityError(f'annotation "{key}": longer than {MAX_ANNOTATION_BYTES} bytes')
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, ANNOTATION_LIMITS)
+    except BoundError as exc:
+        raise AffinityError(f'annotation "{key}": {exc}') from None
     except yaml.YAMLError as exc:
         raise AffinityError(f'annotation "{key}": not valid YAML: {exc}') from None
     if data is None:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from resource_contract.balloons import BalloonAccess
+from resource_contract.bounded import BoundError, Limits, load_yaml, read_text_file
 from resource_contract.classes import (
     CLASS_NAME_PATTERN,
     ClassAccess,
@@ -34,13 +35,13 @@ from resource_contract.classes import (
 )
 from resource_contract.cpu_classes import CpuClassAccess
 from resource_contract.cpu_options import kubelet_option_problems
+from resource_contract.cpusets import cpuset_problem
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 # The root resctrl group's name in goresctrl's configuration.
 RDT_ROOT_CLASS = "system/default"
-_CPUSET = re.compile(r"^\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*$")
 
 
 def reserved_is_quantity(value: str | int | float) -> bool:
@@ -51,7 +52,7 @@ def reserved_is_quantity(value: str | int | float) -> bool:
     return bool(_QUANTITY_STRING.fullmatch(value.strip()))
 
 
-_QUANTITY_STRING = re.compile(r"(\d+m)|(\d*\.\d+)|(\d+\.\d*)|(-\S+)")
+_QUANTITY_STRING = re.compile(r"(\d+m)|(\d*\.\d+)|(\d+\.\d*)|(-\S+)", re.ASCII)
 
 
 class ConfigError(ValueError):
@@ -63,7 +64,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: a boolean is not a number (`minCPUs: true` is no 1), a string no number either
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
 
 def _check_class_name(name: str) -> str:
@@ -223,18 +225,25 @@ class PolicyConfig(_Strict):
                 raise ValueError(f'"{value}" is not a CPU quantity such as "1500m"') from None
             if quantity < 0:
                 raise ValueError(f'"{value}" is negative')
-        elif not _CPUSET.fullmatch(str(value)):
-            raise ValueError(
-                f'"{value}" is neither a cpuset such as "0-1" nor a CPU quantity such as "1500m"'
-            )
+        else:
+            _check_cpuset(str(value), 'neither a cpuset such as "0-1" nor a CPU quantity')
         return value
 
     @field_validator("availableCPUs")
     @classmethod
     def _available_syntax(cls, value: str | None) -> str | None:
-        if value is not None and not _CPUSET.fullmatch(value):
-            raise ValueError(f'"{value}" is not a cpuset list such as "0-63"')
+        if value is not None:
+            _check_cpuset(value, 'not a cpuset list such as "0-63"')
         return value
+
+
+def _check_cpuset(value: str, empty: str) -> None:
+    """ValueError saying why `value` is not a non-empty cpuset (the one parser's reason)."""
+    problem = cpuset_problem(value)
+    if problem is not None:
+        raise ValueError(f'"{value}" is not a cpuset: {problem}')
+    if not value.strip(" \t\n\r"):
+        raise ValueError(f'"{value}" is {empty}')
 
 
 class RDTOptionEntry(_Strict):
@@ -456,6 +465,10 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "RDTClass", "function-after"}
 
 
+_NOT_BOOL_TYPES = ("int_type", "float_type", "string_type")
+_NOT_BOOL = "the number or string this key takes"
+
+
 # A further check of a schema-valid configuration: one `key.path: reason` line per problem.
 ConfigCheck = Callable[["Config"], list[str]]
 
@@ -472,7 +485,11 @@ def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
     except ValidationError as exc:
         problems: list[str] = []
         for err in exc.errors():
-            line = f"{_key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            message = err["msg"].removeprefix("Value error, ")
+            if isinstance(err.get("input"), bool) and err["type"] in _NOT_BOOL_TYPES:
+                # YAML's true/false where a number (or a string) belongs: never read as 1 or 0
+                message = f"{str(err['input']).lower()} is a boolean, not {_NOT_BOOL}"
+            line = f"{_key_path(err['loc'])}: {message}"
             if line not in problems:
                 problems.append(line)
         raise ConfigError(problems) from None
@@ -523,14 +540,35 @@ def _balloon_problems(config: Config) -> list[str]:
     return problems
 
 
+# A ConfigMap holds at most 1 MiB; the schema nests 8 levels (rdt.partitions.P.classes.C.
+# l3Allocation.ID.unified): 32 leaves room for a wrong shape to reach the schema, whose error
+# names the key.
+CONFIG_LIMITS = Limits(max_bytes=1 << 20, max_depth=32)
+
+
+def config_data(text: str, source: str) -> Any:
+    """A configuration's YAML, within CONFIG_LIMITS; ConfigError naming `source` and the key path
+    where it nests too deep."""
+    try:
+        return load_yaml(text, CONFIG_LIMITS)
+    except BoundError as exc:
+        raise ConfigError([f"{source}: {exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{source}: not valid YAML: {exc}"]) from None
+
+
+def read_config_data(path: str | Path) -> Any:
+    """A configuration file's YAML: a regular file of UTF-8 text within CONFIG_LIMITS;
+    ConfigError saying why not, one line."""
+    try:
+        text = read_text_file(path, CONFIG_LIMITS)
+    except BoundError as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    return config_data(text, str(path))
+
+
 def load_config(path: str | Path, checks: Iterable[ConfigCheck] = ()) -> Config:
     """Reads and validates a configuration file (see `parse_config`)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
-    return parse_config(data, checks)
+    return parse_config(read_config_data(path), checks)

@@ -197,13 +197,17 @@ def quantity_text(value: str | int | float) -> str:
 
 
 def quantity_denial(field: str, container: str, part: str, name: str, value: Any) -> Denial:
-    """The refusal of a quantity that does not parse, `field` being containers or
-    initContainers and `part` requests or limits."""
+    """The refusal of a quantity that does not parse or is negative (the API server refuses
+    both), `field` being containers or initContainers and `part` requests or limits."""
+    try:
+        negative = parse_quantity(value) < 0
+    except (ValueError, ArithmeticError, TypeError):
+        negative = False
+    why = "is negative (must be 0 or more)" if negative else "is not a valid quantity"
     return Denial(
         400,
         "quantity",
-        f'{field} "{container}": resources.{part}.{name}: '
-        f'"{quantity_text(value)}" is not a valid quantity',
+        f'{field} "{container}": resources.{part}.{name}: "{quantity_text(value)}" {why}',
     )
 
 
@@ -259,8 +263,10 @@ def _check_quantities(pod: PodInput) -> None:
             for part, pairs in (("requests", c.requests), ("limits", c.limits)):
                 for name, value in pairs:
                     try:
-                        parse_quantity(value)
+                        negative = parse_quantity(value) < 0
                     except (ValueError, ArithmeticError, TypeError):
+                        negative = True
+                    if negative:
                         raise quantity_denial(field, c.name, part, name, value) from None
 
 

@@ -19,9 +19,10 @@ MAX_QUANTITY = Decimal(10) ** MAX_EXPONENT
 MAX_LENGTH = 64
 
 # <signedNumber><suffix>, suffix: binary SI, decimal SI, or a decimal exponent (e/E<signed int>).
-_QUANTITY = re.compile(
+_QUANTITY = re.compile(  # ASCII digits only: Kubernetes refuses others
     r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?:(?P<binary>[KMGTPE]i)|(?P<exponent>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<exponent>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))",
+    re.ASCII,
 )
 # The binary suffixes' factors (1024^n), as Decimals: exact, and no power taken per parse.
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")

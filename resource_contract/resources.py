@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
-from itertools import accumulate
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from resource_contract.bounded import json_depth
 from resource_contract.classes import ClassKind
 
 # Kubernetes caps all annotations of an object together at 256 KiB: one annotation cannot be
@@ -19,12 +18,6 @@ MAX_BYTES = 256 * 1024
 # the margin lets a slightly wrong shape reach the schema, whose error names the field.
 SCHEMA_DEPTH = 4
 MAX_DEPTH = 2 * SCHEMA_DEPTH
-
-# A string, or an unterminated one to the end: it always matches, possessively, so the scan
-# stays linear whatever the quotes and backslashes (a failing match would rescan the rest).
-_STRING = re.compile(r'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
-_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
 
 
 class ResourcesAnnotationError(ValueError):
@@ -102,6 +95,5 @@ def check_bounds(text: str, *, key: str) -> None:
 
 
 def nesting_depth(text: str) -> int:
-    """How deep JSON objects and arrays nest in `text`, strings skipped; one linear scan."""
-    brackets = _BRACKET.findall(_STRING.sub("", text))
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    """How deep JSON objects and arrays nest in `text`, strings skipped (the shared scan)."""
+    return json_depth(text)

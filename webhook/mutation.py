@@ -259,6 +259,8 @@ class Mutator:
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
+                            if parsed < _ZERO:  # the API server refuses it: so do we
+                                raise ValueError(quantity)
                             if key == "cpu":
                                 cpu = parsed
                             elif key == "memory":
@@ -271,6 +273,8 @@ class Mutator:
                             if parsed is None:  # not a string parsed before
                                 parsed = parse_quantity(quantity)
                                 numbers = numbers or type(quantity) is not str
+                            if parsed < _ZERO:
+                                raise ValueError(quantity)
                             if key == "cpu":
                                 limit_cpu = parsed
                             elif key == "memory":

@@ -13,8 +13,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import yaml
-
 from enforcer.cluster import CONFIG_KEY, LastGoodStore, StoredConfig
 from enforcer.cluster.config_source import ClusterConfig, Outcome
 from enforcer.configuration import load_config, parse_config
@@ -23,7 +21,7 @@ from enforcer.engine import Enforcer
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
 from enforcer.worker import EngineWorker
-from resource_contract.config import Config, ConfigError
+from resource_contract.config import Config, ConfigError, config_data
 
 log = logging.getLogger("enforcer")
 
@@ -31,12 +29,8 @@ BUILTIN = "builtin"
 
 
 def config_from_text(text: str, source: str) -> Config:
-    """A ConfigMap's config.yaml, validated exactly as the --config file is."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{source}: not valid YAML: {exc}"]) from None
-    return parse_config(data)
+    """A ConfigMap's config.yaml, validated exactly as the --config file is (same bounds)."""
+    return parse_config(config_data(text, source))
 
 
 @dataclass

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from resource_contract.bounded import Limits, load_json
 from resource_contract.safe_files import read_file, sync_dir, write_file
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,10 @@ class StoredConfig:
     source: str  # configmap/<namespace>/<name>
     resource_version: str
     text: str  # the ConfigMap's config.yaml, as it was applied
+
+
+# A ConfigMap's text (at most 1 MiB, JSON-escaped) and three short fields, one level deep.
+STORED_LIMITS = Limits(max_bytes=8 << 20, max_depth=8)
 
 
 class LastGoodStore:
@@ -41,7 +46,7 @@ class LastGoodStore:
             log.error("cannot read %s: %s", self.path, exc.strerror)
             return None
         try:
-            data = json.loads(raw)
+            data = load_json(raw, STORED_LIMITS)  # BoundError is a ValueError
             stored = StoredConfig(
                 source=str(data["source"]),
                 resource_version=str(data["resourceVersion"]),

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import copy
 import sys
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from enforcer.configuration import load_config, parse_config
 from enforcer.controllers.base import Roots
 from enforcer.controllers.registry import node_controllers
-from resource_contract.config import Config, ConfigError
+from resource_contract.config import Config, ConfigError, read_config_data
 
 
 def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None) -> int:
@@ -63,8 +60,8 @@ def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None)
 def _raw(path: str) -> Any:
     """The file's YAML, or None when it cannot be read or parsed (load_config said why)."""
     try:
-        return yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        return read_config_data(path)
+    except ConfigError:
         return None
 
 

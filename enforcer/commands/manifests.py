@@ -5,7 +5,7 @@ Reads multi-document YAML or a `kind: List`. A Deployment, StatefulSet or Replic
 `spec.completions` when that is smaller), a CronJob for one run of its job template, a DaemonSet
 for one pod (the one this node would run). The pods of a workload `W` are named `W-0`, `W-1`, ...
 in the workload's namespace. Anything else is refused with a message naming the file, the
-document and the field.
+document and the field, as is a file beyond MANIFEST_LIMITS and more than MAX_PODS pods.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from resource_contract.bounded import BoundError, Limits, load_yaml_all, read_text_file
 from resource_contract.quantities import parse_quantity
 
 Pod = Mapping[str, Any]
@@ -30,6 +31,14 @@ _WORKLOADS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "CronJob": (("spec", "jobTemplate", "spec", "template"), ("spec", "jobTemplate", "spec")),
 }
 KINDS = ("Pod", *_WORKLOADS)
+# Pods of one run, replicas counted before any is made: a node holds 110 by default and a few
+# hundred at most, so this is room for any node many times over, and a `replicas: 1000000000`
+# is refused at once instead of eating all memory.
+MAX_PODS = 10_000
+# A pods file: Kubernetes stores an object of at most 1.5 MiB; 8 MiB holds many of them. A pod
+# nests some 16 levels (a CronJob's pod template's affinity terms, in a List): 64 is room for
+# any; the values it stands for (aliases expanded) are bounded as a file of 1 Mi values.
+MANIFEST_LIMITS = Limits(max_bytes=8 << 20, max_depth=64, max_nodes=1 << 20)
 
 
 class PlanInputError(ValueError):
@@ -39,10 +48,15 @@ class PlanInputError(ValueError):
 def load_pods(path: str) -> list[Pod]:
     """The pods of every document, in file order."""
     try:
-        with open(path) as f:
-            documents = [d for d in yaml.safe_load_all(f) if d is not None]
+        text = read_text_file(path, MANIFEST_LIMITS)
+    except BoundError as exc:
+        raise PlanInputError(f"{path}: {exc}") from None
     except OSError as exc:
-        raise PlanInputError(f"{path}: cannot read: {exc.strerror}") from None
+        raise PlanInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        documents = [d for d in load_yaml_all(text, MANIFEST_LIMITS) if d is not None]
+    except BoundError as exc:
+        raise PlanInputError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
     pods: list[Pod] = []
@@ -53,12 +67,13 @@ def load_pods(path: str) -> list[Pod]:
             raise PlanInputError(f"{path}: document {index}: items must be a list")
         for item_index, item in enumerate(items):
             where = f"{path}: document {index}" + (f" items[{item_index}]" if is_list else "")
-            pods.extend(pods_of(item, where))
+            pods.extend(pods_of(item, where, room=MAX_PODS - len(pods)))
     return pods
 
 
-def pods_of(item: Any, where: str) -> list[Pod]:
-    """The pods one object stands for; PlanInputError naming `where` and the field."""
+def pods_of(item: Any, where: str, room: int = MAX_PODS) -> list[Pod]:
+    """The pods one object stands for; PlanInputError naming `where` and the field. More than
+    `room` pods are refused before any is made."""
     kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
     if kind not in KINDS:
         raise PlanInputError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -70,6 +85,8 @@ def pods_of(item: Any, where: str) -> list[Pod]:
         raise PlanInputError(f"{where}: metadata.namespace must be a string")
     if kind == "Pod":
         _check_spec(item.get("spec"), where, "spec")
+        if room < 1:
+            raise PlanInputError(f"{where}: {_too_many(1, room)}")
         return [item]
     template_path, count_path = _WORKLOADS[kind]
     template = _at(item, template_path)
@@ -81,6 +98,9 @@ def pods_of(item: Any, where: str) -> list[Pod]:
     if not isinstance(template_meta, dict):
         raise PlanInputError(f"{where}: {prefix}.metadata must be a mapping")
     count = _count(item, kind, count_path, where)
+    if count > room:
+        field = "spec.parallelism" if kind == "Job" else ".".join(count_path or ())
+        raise PlanInputError(f"{where}: {field}: {_too_many(count, room)}")
     return [
         {
             "apiVersion": "v1",
@@ -94,6 +114,14 @@ def pods_of(item: Any, where: str) -> list[Pod]:
         }
         for i in range(count)
     ]
+
+
+def _too_many(count: int, room: int) -> str:
+    return (
+        f"{count} pods would make more than {MAX_PODS}, the most plan places in one run "
+        f"({MAX_PODS - room} before this one); a node holds far fewer (kubelet's maxPods: 110 "
+        "by default)"
+    )
 
 
 def _at(item: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -161,6 +189,11 @@ def _check_resources(resources: Any, where: str, prefix: str) -> None:
             raise PlanInputError(f"{where}: {prefix}.{kind} must be a mapping")
         for name, value in quantities.items():
             try:
-                parse_quantity(value)
+                quantity = parse_quantity(value)
             except ValueError as exc:
                 raise PlanInputError(f"{where}: {prefix}.{kind}.{name}: {exc}") from None
+            if quantity < 0:
+                raise PlanInputError(
+                    f"{where}: {prefix}.{kind}.{name}: {value!r} is negative (the API server "
+                    "refuses a negative request or limit)"
+                )

@@ -35,6 +35,7 @@ from enforcer.controllers.errors import (
     InvalidClassName,
     UnknownClass,
 )
+from resource_contract.bounded import read_value_file
 from resource_contract.classes import CLASS_NAME_PATTERN
 from resource_contract.config import BlockIOConfig, ConfigError
 from resource_contract.quantities import parse_quantity
@@ -439,7 +440,7 @@ def _scheduler(sysfs_root: str, line: str) -> str | None:
         return None
     path = Path(sysfs_root, "dev", "block", f"{match.group(1)}:{match.group(2)}", "queue")
     try:
-        text = (path / "scheduler").read_text()
+        text = read_value_file(path / "scheduler")
     except OSError:
         return None
     found = re.search(r"\[([^\]]+)\]", text)

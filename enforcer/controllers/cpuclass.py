@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from enforcer.topology import Topology
+from resource_contract.bounded import read_value_file
 from resource_contract.config import CPUClass
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class CpuClassController:
 
     def _read(self, rel: str, *, quiet: bool = False) -> str | None:
         try:
-            return (self.root / rel).read_text().strip()
+            return read_value_file(self.root / rel).strip()
         except OSError as exc:
             if not quiet:
                 self._missing(rel, exc)

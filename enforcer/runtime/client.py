@@ -7,7 +7,6 @@ its errors (`RuntimeAway`, `ContainerMissing`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,8 +18,12 @@ from enforcer.cri.convert import container_create
 from enforcer.decode.request import container_key
 from enforcer.engine.model import LiveContainer, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RecordUnusable, RuntimeAway
+from resource_contract.bounded import Limits, load_json
 
 # Status codes that mean the runtime could not be asked, rather than that it said no.
+# containerd's verbose status: the OCI spec and the sandbox's config, some KiB, nesting about
+# ten levels; the relay's own frame bound caps what can arrive at all.
+INFO_LIMITS = Limits(max_bytes=16 << 20, max_depth=64)
 _AWAY = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
@@ -132,8 +135,8 @@ class RuntimeClient:
 
     def _verbose_info(self, reply: Any) -> dict[str, Any]:
         try:
-            info = json.loads(reply.info.get("info", "{}"))
-        except ValueError:
+            info = load_json(reply.info.get("info", "{}"), INFO_LIMITS)
+        except ValueError:  # BoundError included: read as no information
             return {}
         return info if isinstance(info, dict) else {}
 

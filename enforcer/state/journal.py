@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from enforcer.decode.request import container_key
+from resource_contract.bounded import BoundError, Limits, load_json
 
 # Records, and the keys they touch, that a journal may hold: a bound on what a damaged or
 # planted file can make the reader build.
 MAX_RECORD_BYTES = 1 << 20
+# A record nests as the state file does (enforcer.state.store.STATE_LIMITS).
+RECORD_LIMITS = Limits(max_bytes=MAX_RECORD_BYTES, max_depth=32)
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ def _check(line: bytes, last: int) -> dict[str, Any] | str:
     if zlib.crc32(body) != crc:
         return "a record whose checksum does not match"
     try:
-        record = json.loads(body)
+        record = load_json(body, RECORD_LIMITS)
+    except BoundError as exc:
+        return f"a record {exc}"
     except ValueError:
         return "a record that is not JSON"
     if not isinstance(record, dict):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from enforcer.state import journal
+from resource_contract.bounded import BoundError, Limits, check_json_bounds, load_json
 from resource_contract.safe_files import (
     create_exclusive,
     private_dir,
@@ -64,6 +65,10 @@ _CHECKSUM_TAIL = re.compile(rb',"' + CHECKSUM_KEY.encode() + rb'":"([0-9a-f]{8})
 # values): each has its own checksum as well, so a file damaged elsewhere still gives them back.
 SALVAGEABLE = ("controllers",)
 SECTION_CHECKSUMS = "sectionCrc32"
+# The state of a node's containers: some KiB each, a few thousand containers at the very most;
+# the format nests 8 levels (containers, an entry, its request, affinity rules, expressions,
+# values): a file beyond either bound was never written by the enforcer.
+STATE_LIMITS = Limits(max_bytes=64 << 20, max_depth=32)
 # A journal longer than this is folded into the state file at the next lazy write (`flush`).
 JOURNAL_FOLD_BYTES = 256 * 1024
 
@@ -441,8 +446,8 @@ def _section_checksum(value: object) -> str:
 def _salvage(body: bytes) -> dict[str, Any]:
     """The sections of a damaged file that stand alone and whose own checksums match."""
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = load_json(body, STATE_LIMITS)
+    except ValueError:  # BoundError included
         return {}
     sections = data.get(SECTION_CHECKSUMS) if isinstance(data, dict) else None
     if not isinstance(sections, dict):
@@ -455,9 +460,14 @@ def _salvage(body: bytes) -> dict[str, Any]:
 
 
 def parse_state(raw: bytes) -> dict[str, Any]:
-    """The state object in a state file's bytes; StateError saying what is wrong with them."""
+    """The state object in a state file's bytes; StateError saying what is wrong with them
+    (beyond STATE_LIMITS included: never RecursionError, which would stop every start)."""
     if not raw.strip():
         raise StateError(f"it is empty ({len(raw)} bytes)")
+    try:
+        check_json_bounds(raw, STATE_LIMITS)
+    except BoundError as exc:
+        raise StateError(f"it is {exc}" if str(exc).startswith("larger") else str(exc)) from None
     tail = _CHECKSUM_TAIL.search(raw)
     body = raw if tail is None else raw[: tail.start()] + b"}"
     if tail is not None and zlib.crc32(body) != int(tail.group(1), 16):

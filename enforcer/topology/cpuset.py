@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-# Linux supports at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; leave generous headroom.
-MAX_ID = 65535
+from resource_contract.cpusets import MAX_CPU_ID, cpu_ranges
+
+# Linux supports at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes: the contract's one parser
+# (resource_contract.cpusets) refuses any id above.
+MAX_ID = MAX_CPU_ID
 # Texts of sets printed lately, by set; bounded by the ids the kept sets hold (a 384-CPU set
 # takes about 33 KB, so 64 Ki ids are some 6 MB), cleared when full.
 _TEXTS: dict[frozenset[int], str] = {}
@@ -42,14 +45,15 @@ class CPUSet(frozenset[int]):
 
     @classmethod
     def parse(cls, text: str) -> CPUSet:
-        """Parse the Linux list format; surrounding whitespace and newlines are tolerated."""
-        stripped = text.strip()
-        if not stripped:
+        """Parse the Linux list format (`resource_contract.cpusets`: the one parser of every
+        reader); surrounding whitespace and newlines are tolerated. ValueError (CpusetError)
+        saying what is wrong."""
+        ranges = cpu_ranges(text)
+        if not ranges:
             return _EMPTY
-        ids: list[int] = []
-        for item in stripped.split(","):
-            ids.extend(_parse_item(item.strip(), text))
-        return cls(ids)
+        if len(ranges) == 1:
+            return cls._checked(ranges[0])
+        return cls._checked(i for r in ranges for i in r)
 
     def sorted(self) -> list[int]:
         return sorted(self)
@@ -142,27 +146,6 @@ class CPUSet(frozenset[int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (CPUSet, (sorted(self),))
-
-
-def _parse_item(item: str, text: str) -> range:
-    first, sep, last = item.partition("-")
-    lo = _parse_id(first, text)
-    hi = _parse_id(last, text) if sep else lo
-    if lo > hi:
-        raise ValueError(f"invalid CPU list {text!r}: range {item!r} is reversed")
-    return range(lo, hi + 1)
-
-
-def _parse_id(token: str, text: str) -> int:
-    token = token.strip()
-    # str.isdigit accepts other scripts' digits; the kernel only writes ASCII.
-    if not token or not token.isascii() or not token.isdigit():
-        raise ValueError(f"invalid CPU list {text!r}: {token!r} is not a CPU id")
-    value = int(token)
-    # A typo such as "0-999999999" must not make us build a billion-element set.
-    if value > MAX_ID:
-        raise ValueError(f"invalid CPU list {text!r}: {value} is above the limit {MAX_ID}")
-    return value
 
 
 _EMPTY = frozenset.__new__(CPUSet)

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from enforcer.topology.cpuset import CPUSet
 from enforcer.topology.model import CPUInfo, NumaNode, Topology, TopologyError
+from resource_contract.bounded import read_value_file
 
-_CPU_DIR = re.compile(r"cpu(\d+)")
-_NODE_DIR = re.compile(r"node(\d+)")
-_INDEX_DIR = re.compile(r"index(\d+)")
-_MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB\s*$", re.MULTILINE)
+_CPU_DIR = re.compile(r"cpu(\d+)", re.ASCII)  # int() would read "cpu٣" as CPU 3
+_NODE_DIR = re.compile(r"node(\d+)", re.ASCII)
+_INDEX_DIR = re.compile(r"index(\d+)", re.ASCII)
+_MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB\s*$", re.MULTILINE | re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -228,12 +229,15 @@ def _read_distances(path: Path, count: int) -> list[int] | None:
     return [int(f) for f in fields]
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+
+
 # ----- file helpers ------------------------------------------------------------------------
 
 
 def _read_text(path: Path, *, optional: bool = False) -> str | None:
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        return read_value_file(path)  # a FIFO or a huge file is refused, never waited on
     except FileNotFoundError:
         if optional:
             return None
@@ -253,10 +257,11 @@ def _read_optional_int(path: Path) -> int | None:
     text = _read_text(path, optional=True)
     if text is None:
         return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise TopologyError(f"{path}: expected an integer, got {_excerpt(text)}") from None
+    value = text.strip(" \t\n")
+    # int() would also take "1_0", "+3" and other scripts' digits; the kernel writes none.
+    if not _INTEGER.fullmatch(value):
+        raise TopologyError(f"{path}: expected an integer, got {_excerpt(text)}")
+    return int(value)
 
 
 def _read_cpuset(path: Path) -> CPUSet:

@@ -229,7 +229,7 @@ def test_schema_and_hardware_problems_in_one_run(
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
         # the schema's ...
-        "policy.preferSharedCPUs: Input should be a valid boolean, unable to interpret input",
+        "policy.preferSharedCPUs: Input should be a valid boolean",  # strict: no string read as one
         "metric: Extra inputs are not permitted",
         # ... and, on what parsed, the hardware's, controller by controller in the order they
         # are registered: the machine's CPUs, its RDT, its block devices.

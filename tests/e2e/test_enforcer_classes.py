@@ -164,6 +164,12 @@ def test_changed_class_definitions_reach_running_containers(
 @pytest.mark.parametrize(
     ("namespace", "annotations", "code", "needle"),
     [
+        (  # once INTERNAL (relay) or UNKNOWN (NRI): RecursionError in the YAML parser
+            "e2e",
+            {"resource-enforcer.dev/affinity": "app: " + "[" * 3000 + "]" * 3000},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "app.0.0.0.0.0.0.0... (8 levels more): nested more than 16 levels deep",
+        ),
         (
             "e2e",
             {"rdtclass.resource-enforcer.dev/pod": "platinum"},

@@ -124,6 +124,13 @@ def raw(data: bytes | Callable[[bytes], bytes]) -> Callable[[Path], None]:
     return damage
 
 
+def nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def admitted(state: State, i: int) -> dict[str, Any]:
     return state["policy"]["admitted"][i]
 
@@ -138,6 +145,19 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     "truncated": (raw(lambda b: b[: len(b) // 2]), "it is not JSON", "all of it", ()),
     "not-utf8": (raw(b"\xff\xfe{}"), "it is not JSON", "all of it", ()),
     "top-level-array": (raw(b"[]"), "it holds a JSON array, not an object", "all of it", ()),
+    # Once RecursionError: `run` exited at every start, the file never set aside.
+    "nested-too-deep-v1": (
+        raw(b'{"version":1,"x":' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        "nested 5001 levels deep, more than 32",
+        "all of it",
+        (),
+    ),
+    "nested-too-deep-checksummed": (
+        edit(lambda s: setitem(s, "deep", nested(200))),
+        "nested 202 levels deep, more than 32",
+        "all of it",
+        (),
+    ),
     # Bytes changed on the disk that still read as JSON, and well-formed values: once
     # restored as true (a request of 1000m read as 2000m, its CPUs given twice).
     "changed-on-disk": (
@@ -215,7 +235,7 @@ KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
     ),
     "bad-cpu-list": (
         edit(lambda s: setitem(admitted(s, 0), "exclusive", "1-x")),
-        "cannot be read (ValueError: invalid CPU list '1-x'",
+        "cannot be read (CpusetError: invalid CPU list '1-x'",
         "2 of 6 entries",
         ("second", "third"),
     ),

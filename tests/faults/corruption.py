@@ -1,5 +1,6 @@
 """Ways a state file gets damaged: garbage, a torn or zeroed write, a wrong JSON type, flipped
-bytes, a stale copy. None of them depends on the file's format."""
+bytes, a stale copy, nesting deeper than any parser recurses. None of them depends on the
+file's format."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import string
 from pathlib import Path
 
 VARIANTS = (
+    "nested",  # once RecursionError: `run` died at every start, the file never set aside
     "garbage",
     "truncated",
     "zeros",
@@ -26,7 +28,10 @@ def corrupt(path: Path, variant: str, rng: random.Random, stale: bytes | None) -
         current = path.read_bytes()
     except FileNotFoundError:
         current = b""
-    if variant == "garbage":
+    if variant == "nested":  # well-formed JSON, a version-1 file (no checksum) 3,000 deep
+        depth = rng.randint(1000, 3000)
+        data = b'{"version":1,"x":' + b"[" * depth + b"]" * depth + b"}"
+    elif variant == "garbage":
         data = rng.randbytes(rng.randint(1, 4096))
     elif variant == "truncated":
         data = current[: rng.randint(1, max(1, len(current) - 1))]

@@ -27,7 +27,7 @@ DEFAULT_COUNTS: dict[str, int] = {
     "start-repin-race": 30,
     "containerd-restart": 12,
     "state-write": 10,
-    "corrupt-state": 8,
+    "corrupt-state": 9,  # one of each variant
     "changed-config": 8,
     "foreign-write": 21,
     "power-cut": 8,

@@ -110,6 +110,12 @@ def test_blockio_class_writes_the_real_disks_throttles(setup, kubelet: KubeletEm
 @pytest.mark.parametrize(
     ("namespace", "annotations", "code", "needle"),
     [
+        (  # once INTERNAL (relay) or UNKNOWN (NRI): RecursionError in the YAML parser
+            "nri-cls",
+            {"resource-enforcer.dev/affinity": "app: " + "[" * 3000 + "]" * 3000},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "app.0.0.0.0.0.0.0... (8 levels more): nested more than 16 levels deep",
+        ),
         (
             "nri-cls",
             {"rdtclass.resource-enforcer.dev/pod": "platinum"},

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt.allocation import LEVELS, Level
+from resource_contract.bounded import read_value_file
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -64,7 +65,7 @@ class ResctrlInfo:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        return read_value_file(path).strip()
     except OSError as exc:
         raise RdtUnavailable(f"cannot read {path}: {exc.strerror}") from None
 
