@@ -109,7 +109,7 @@ def take_cpus(topology: Topology, free: Iterable[int], count: int, options: CPUO
         raise NotEnoughCPUs(count, free_set)
     if count <= 0:
         return CPUSet()
-    if options.align_by_socket:
+    if options.align_by_socket and not _finer_unit_holds(topology, candidates, count, options):
         candidates = _one_unit(topology, "socket", candidates, count)
     group = cpus_per_core(topology) if options.full_pcpus_only else 1
     if options.distribute_across_numa:
@@ -124,6 +124,21 @@ def take_cpus(topology: Topology, free: Iterable[int], count: int, options: CPUO
         # Never a silent wrong pinning: a split core is a refusal, not a placement.
         raise SMTAlignmentError(count, group, free_set, len(candidates))
     return taken
+
+
+def _finer_unit_holds(topology: Topology, free: CPUSet, count: int, options: CPUOptions) -> bool:
+    """Whether a unit inside one socket that the other options pack into (a NUMA node under
+    distribute-across-numa, an uncore cache under prefer-align-by-uncorecache) holds `count`
+    free CPUs anywhere: that unit already aligns by socket, so the socket is not chosen first
+    (the fullest socket may hold the request only across its nodes or caches)."""
+    levels: list[Level] = []
+    if options.distribute_across_numa:
+        levels.append("node")
+    if options.prefer_uncore_cache:
+        levels.append("l3")
+    return any(
+        len(cpus & free) >= count for level in levels for cpus in topology.units(level).values()
+    )
 
 
 def _one_unit(topology: Topology, level: Level, free: CPUSet, count: int) -> CPUSet:

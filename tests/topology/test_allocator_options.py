@@ -93,3 +93,21 @@ def test_distribute_across_numa_is_even_on_an_idle_machine(
         used = [c for c in counts if c]
         assert len(used) == math.ceil(n / 36), (n, counts)
         assert max(used) - min(used) <= 1, (n, counts)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "busy", "n"),
+    [("2-socket-4-node-40-core", {0, 1, 2, 3}, 20), ("server", {0, 1, 2}, 28)],
+)
+def test_socket_alignment_does_not_split_a_request_one_node_holds(
+    topologies: dict[str, Topology], snapshot: str, busy: set[int], n: int
+) -> None:
+    """Found by the property test above: align-by-socket chose the fullest socket first, whose
+    nodes held the request only together, while a node of the other socket held it whole."""
+    topology = topologies[snapshot]
+    free = topology.online - CPUSet(busy)
+    options = CPUOptions(distribute_across_numa=True, align_by_socket=True)
+    got = take_cpus(topology, free, n, options)
+    assert len(got) == n and got <= free
+    assert len(topology.nodes_of_cpus(got)) == 1
+    assert len(topology.sockets_of_cpus(got)) == 1
