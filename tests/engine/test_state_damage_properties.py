@@ -13,7 +13,8 @@ What an operator relies on, whatever the damage:
    (older states), null or any value of an optional field's type, the transport's opaque
    `resources` record; a change that leaves well-formed values under a matching checksum (a
    writer's bug: a count replaced by another) skips this check. Bytes of state.json changed
-   on the disk never do: its checksum finds them, and the whole file is set aside;
+   on the disk never do: its checksum finds them, and the whole file is set aside (unless a
+   writer's bug seals them under a new checksum afterwards: then they are such a change);
 3. `resource-enforcer status` over the damaged folder never raises, exits 0 or 1 (its "cannot
    use the state" exit), and leaves the folder exactly as it was;
 4. reconciliation runs, new containers are decided (re-pinning the shared ones), and a second
@@ -43,7 +44,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
@@ -641,6 +642,7 @@ def damage(folder: Path, data: st.DataObject) -> tuple[list[str], bool]:
     matching checksum (nothing in the file can tell)."""
     notes: list[str] = []
     undetectable = False
+    disk_damage = False  # bytes of state.json changed that still read as JSON
     state, journal = folder / STATE_FILE, folder / JOURNAL_FILE
     for _ in range(data.draw(st.integers(1, 3), label="changes")):
         where = ["json", "json", "pairing", "values", "state bytes"]
@@ -659,8 +661,12 @@ def damage(folder: Path, data: st.DataObject) -> tuple[list[str], bool]:
             elif isinstance(doc, dict):
                 undetectable |= damage_values(doc, data, notes)
             state.write_bytes(resealed(doc))
+            # Sealed, the disk's change is a value like any other: a string with a byte
+            # overwritten (a pod's name, a cgroup parent) reads as one the writer chose.
+            undetectable |= disk_damage
         elif target == "state bytes":  # the disk's damage: the checksum finds it
             state.write_bytes(damage_bytes(state.read_bytes(), data, notes, STATE_FILE))
+            disk_damage = True
         elif target == "journal bytes":
             journal.write_bytes(damage_bytes(journal.read_bytes(), data, notes, JOURNAL_FILE))
         else:
@@ -844,3 +850,38 @@ def test_damage_once_found_is_survivable(name: str) -> None:
         change(state)
         (folder / STATE_FILE).write_bytes(encode_state(state))
         survives(folder, runtime, CONFIGS[scenario.config], written, exact=True)
+
+
+class Scripted:
+    """The draws of one example, in the order the damage code makes them: replays a case the
+    property found through that same code (an `st.data()` cannot be given to `@example`)."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: object, label: object = None) -> object:
+        return self.values.pop(0)
+
+
+def test_disk_damage_sealed_by_a_writer_is_survivable() -> None:
+    """Found by the property: a byte of a container's cgroup parent overwritten on the disk,
+    then the file edited as JSON and sealed under a matching checksum (a writer's bug). The
+    changed parent is then a well-formed value nothing in the file can tell from one written:
+    the damage is one whose kept values may differ from the written ones (as `damage_values`'
+    are), and everything else holds."""
+    with state_folder() as folder:
+        runtime = build(folder, SHARED)
+        written = everything_written(folder)
+        raw = (folder / STATE_FILE).read_bytes()
+        at_ = raw.index(b'"cgroup_parent":"/kubepods/pod') + len(b'"cgroup_parent":"/kubepods/')
+        admitted = json.loads(raw)["policy"]["admitted"]
+        script = Scripted(
+            2,  # changes
+            *("state bytes", "overwrite", at_, b"X"),  # still JSON, no longer under its checksum
+            *("json", 1, "list", ("policy", "admitted"), "reorder", 0, admitted[::-1]),
+        )
+        notes, undetectable = damage(folder, cast(st.DataObject, script))
+        assert not script.values, notes
+        assert notes == [f"{STATE_FILE} bytes {at_}: b'X'", "reorder ('policy', 'admitted')[0]"]
+        assert undetectable, notes
+        survives(folder, runtime, CONFIGS[SHARED.config], written, exact=not undetectable)
