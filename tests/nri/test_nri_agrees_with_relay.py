@@ -14,11 +14,11 @@ from pathlib import Path
 import grpc
 
 from enforcer.topology import CPUSet
-from tests.support.runtimes import NriContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))

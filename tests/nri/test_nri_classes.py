@@ -14,12 +14,12 @@ import grpc
 import pytest
 
 from enforcer.topology import CPUSet
-from tests.support.runtimes import NriContainerd
 from tests.support.disks import whole_disk
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))

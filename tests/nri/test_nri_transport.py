@@ -28,9 +28,9 @@ from enforcer.nri.frames import (
 )
 from enforcer.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE, Session, plugin_method
 from enforcer.nriapi import api_pb2, request_pb2
-from tests.support.runtimes import NriContainerd
 from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 # -- framing ------------------------------------------------------------------------------------
 

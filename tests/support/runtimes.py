@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE_ENV = "KRE_BEDS_CACHE"
 DEFAULT_CACHE = "/var/cache/kube-resource-enforcer"
 _PROGRAMS = ("containerd", "ctr", "containerd-shim-runc-v2")
+_BEDS = "tests/beds/runtimes"
 
 
 def _cache() -> Path:
@@ -120,8 +121,8 @@ RELEASES: dict[str, Release] = {
     for r in (
         Release("containerd1.6", "1.6.", "apt-get install containerd", False, "containerd16"),
         Release("containerd1.7", "1.7.", ".ci/containerd17.sh", True, "containerd17"),
-        Release("containerd2.1", "2.1.", "tests/beds/runtimes/containerd21.sh", True, "containerd21"),
-        Release("containerd2.4", "2.4.", "tests/beds/runtimes/containerd2.sh", True, "containerd24"),
+        Release("containerd2.1", "2.1.", f"{_BEDS}/containerd21.sh", True, "containerd21"),
+        Release("containerd2.4", "2.4.", f"{_BEDS}/containerd2.sh", True, "containerd24"),
     )
 }
 NRI_RELEASES = tuple(name for name, r in RELEASES.items() if r.nri)
