@@ -32,6 +32,15 @@ _FALLBACK_APPLETS = (
 )  # fmt: skip
 
 _PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "www-data:x:33:33:www-data:/var/www:/bin/sh\n"
+    "user1000:x:1000:1000::/:/bin/sh\n"
+    "nobody:x:65534:65534::/:/bin/false\n"
+)
+_GROUP = (
+    "root:x:0:\nwww-data:x:33:\nuser1000:x:1000:\ngroup50000:x:50000:user1000\nnogroup:x:65534:\n"
+)
 # A fixed timestamp keeps the layer (and so every digest) reproducible.
 _EPOCH = 0
 
@@ -47,6 +56,8 @@ class ImageSpec:
     name: str
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ("sh",)
+    user: str = ""  # the image's USER ("1002", "www-data", "1003:1003"); empty: root
+    labels: tuple[tuple[str, str], ...] = ()  # also what tells otherwise equal images apart
 
 
 BUSYBOX = ImageSpec(BUSYBOX_IMAGE, entrypoint=(), cmd=("sh",))
@@ -133,10 +144,11 @@ def _layer_tar(busybox: str) -> bytes:
             link = _tarinfo(f"bin/{applet}", tarfile.SYMTYPE, 0o777)
             link.linkname = "busybox"
             tar.addfile(link)
-        # Minimal user database: runtimes look up the image user (root) here.
+        # Minimal user database: runtimes look up the image user here (root; www-data and
+        # user1000 with a supplementary group for critest's user images).
         for name, text in (
-            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
-            ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+            ("etc/passwd", _PASSWD),
+            ("etc/group", _GROUP),
         ):
             raw = text.encode()
             info = _tarinfo(name, tarfile.REGTYPE, 0o644)
@@ -187,6 +199,8 @@ def build_oci_archive(
                 "Entrypoint": list(spec.entrypoint) or None,
                 "Cmd": list(spec.cmd) or None,
                 "WorkingDir": "/",
+                **({"User": spec.user} if spec.user else {}),
+                **({"Labels": dict(spec.labels)} if spec.labels else {}),
             },
             "rootfs": {"type": "layers", "diff_ids": [_digest(layer_tar)]},
             "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "enforcer.devenv"}],

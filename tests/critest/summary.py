@@ -1,0 +1,29 @@
+"""The critest pass sets of a run, printed at its end (tests/critest/conftest.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.support.critest import CritestResult
+
+
+@dataclass
+class RuntimeResult:
+    runtime: str
+    direct: CritestResult
+    relay: CritestResult
+
+    def lines(self) -> list[str]:
+        d, r = self.direct, self.relay
+        out = [
+            f"{self.runtime}: direct {len(d.passed)} passed, {len(d.failed)} failed, "
+            f"{len(d.named('skipped'))} skipped; relay {len(r.passed)} passed, "
+            f"{len(r.failed)} failed, {len(r.named('skipped'))} skipped"
+        ]
+        out += [f"  only directly: {n}" for n in sorted(d.passed - r.passed)]
+        out += [f"  only through the relay: {n}" for n in sorted(r.passed - d.passed)]
+        out += [f"  fails directly: {n}" for n in sorted(d.failed)]
+        return out
+
+
+RESULTS: list[RuntimeResult] = []

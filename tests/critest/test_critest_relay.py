@@ -1,0 +1,54 @@
+"""critest (cri-tools v1.37.0, the CRI validation suite every runtime runs) against each runtime of
+the matrix directly and through the relay (`resource-enforcer run` in front of it), in the same
+run: the set of specs that pass through the relay must be the direct set, and every spec that
+needs no network beyond loopback must pass directly (tests.support.critest.SKIPS names the
+specs that cannot run here, with their reasons; ``DIRECT_FAILURES`` those that fail on the
+runtime itself here, with theirs). The pass sets and their differences, by name, are printed
+at the end of the run.
+
+containerd 1.6 is left out: it reached end of life (July 2025) and its relay end-to-end pass
+stays in tests/e2e.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.critest.summary import RESULTS, RuntimeResult
+from tests.support.critest import run_critest
+from tests.support.critest_bed import CritestBed
+
+CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4")
+
+# runtime -> spec name -> why it fails on that runtime itself, on this machine (not the relay).
+DIRECT_FAILURES: dict[str, dict[str, str]] = {}
+
+pytestmark = pytest.mark.containerd
+
+
+@pytest.mark.parametrize("runtime", CRITEST_RUNTIMES)
+def test_the_relay_passes_the_specs_the_runtime_passes(runtime: str, tmp_path: Path) -> None:
+    bed = CritestBed(runtime, tmp_path / "bed")
+    reason = bed.unavailable()
+    if reason:
+        pytest.fail(f"critest on {runtime} cannot run here: {reason}", pytrace=False)
+    with bed:
+        direct = run_critest(bed.direct, tmp_path / "direct")
+        relay = run_critest(bed.relay, tmp_path / "relay")
+        relay_log = bed.relay_process.log_tail(40) if bed.relay_process else ""
+    RESULTS.append(RuntimeResult(runtime, direct, relay))
+
+    assert direct.passed, f"no spec passed directly on {runtime}:\n{direct.output[-3000:]}"
+    only_direct = sorted(direct.passed - relay.passed)
+    only_relay = sorted(relay.passed - direct.passed)
+    assert not only_direct and not only_relay, (
+        f"{runtime}: pass sets differ.\n"
+        f"  pass directly, not through the relay: {only_direct}\n"
+        f"  pass through the relay, not directly: {only_relay}\n"
+        f"relay log tail:\n{relay_log}"
+    )
+    known = DIRECT_FAILURES.get(runtime, {})
+    unexplained = sorted(name for name in direct.failed if name not in known)
+    assert not unexplained, f"{runtime}: specs that fail directly here: {unexplained}"
