@@ -1,12 +1,12 @@
 """What critest runs against: one runtime of the matrix with the relay in front of it.
 
-``CritestBed(release, folder)`` starts, in order: a loopback registry serving critest's images
-(tests.support.critest_images), a private containerd of ``release`` whose image service mirrors
-the upstream registries to it (``hosts.toml``) and whose pods get a bridge network
-(tests.support.critest.with_cni), and ``resource-enforcer run`` in front of that containerd
-(static policy, CPU 0 reserved: the relay doing its job, not a bare pipe). ``direct`` and
-``relay`` are the two CRI sockets critest is run against. Used by tests/critest and
-``python -m bench critest``.
+``CritestBed(name, folder)`` starts, in order: a loopback registry serving critest's images
+(tests.support.critest_images); a private containerd of release ``name`` whose image service
+mirrors the upstream registries to it (``hosts.toml``), or a private CRI-O doing the same
+(``registries.conf``), with a bridge network for its pods (tests.support.critest.with_cni);
+and ``resource-enforcer run`` in front of that runtime (static policy, CPU 0 reserved: the
+relay doing its job, not a bare pipe). ``direct`` and ``relay`` are the two CRI sockets
+critest is run against. Used by tests/critest and ``python -m bench critest``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import contextlib
 from pathlib import Path
 from types import TracebackType
 
+from tests.support.containerd import PrivateContainerd
+from tests.support.crio import CRIO, PrivateCrio, crio_available
 from tests.support.critest import remove_bridge, with_cni
 from tests.support.critest_images import serve_critest_images
 from tests.support.enforcer_process import EnforcerProcess
@@ -28,10 +30,10 @@ class CritestBed:
     """A registry, a runtime and the relay in front of it, in ``folder``; a context manager."""
 
     def __init__(self, release: str, folder: Path) -> None:
-        self.release = RELEASES[release]
+        self.name = release
         self.folder = folder
         self.registry = LocalRegistry(folder / "registry")
-        self.runtime: NriContainerd | None = None
+        self.runtime: PrivateContainerd | None = None
         self.relay_process: EnforcerProcess | None = None
         self._bridge: str | None = None
         self._stack = contextlib.ExitStack()
@@ -40,7 +42,8 @@ class CritestBed:
         from tests.support.critest import critest_available
         from tests.support.registry import registry_available
 
-        return self.release.unavailable() or registry_available() or critest_available()
+        runtime = crio_available() if self.name == CRIO else RELEASES[self.name].unavailable()
+        return runtime or registry_available() or critest_available()
 
     @property
     def direct(self) -> str:
@@ -72,10 +75,13 @@ class CritestBed:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.registry.start()
         serve_critest_images(self.registry, self.folder / "images")
-        hosts = self.registry.containerd_hosts(self.folder / "hosts")
-        self.runtime = NriContainerd(
-            self.folder / "runtime", release=self.release, registry_config=hosts
-        )
+        if self.name == CRIO:
+            self.runtime = PrivateCrio(self.folder / "runtime", registry=self.registry)
+        else:
+            hosts = self.registry.containerd_hosts(self.folder / "hosts")
+            self.runtime = NriContainerd(
+                self.folder / "runtime", release=self.name, registry_config=hosts
+            )
         self._bridge = with_cni(self.runtime.workdir)
         self.runtime.start()
         config = self.folder / "relay-config.yaml"

@@ -13,13 +13,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.support.images import ImageSpec, build_oci_archive
+from tests.support.images import ImageSpec, build_default_images, build_oci_archive
 from tests.support.registry import LocalRegistry
 
 _STAGING = "gcr.io/k8s-staging-cri-tools/"
+_SLEEP = ("/bin/sleep", "2147483647")
+_PAUSE_39 = (("kre.test", "pause-3.9"),)
 _E2E = "registry.k8s.io/e2e-test-images/"
-_HTTPD_80 = ("httpd", "-f", "-p", "80", "-h", "/")
-_HTTPD_8080 = ("httpd", "-f", "-p", "8080", "-h", "/")
+
+
+def _web_server(port: int) -> tuple[str, ...]:
+    """busybox httpd standing in for nginx and httpd: an index page, the pid file and the log
+    line the specs look for, and "nginx: master process" in PID 1's command line (the shell
+    stays PID 1: its $0 is that text)."""
+    script = (
+        "mkdir -p /www /var/run; echo ok > /www/index.html; echo $$ > /var/run/nginx.pid; "
+        f"echo 'httpd listening on :{port}'; httpd -f -p {port} -h /www"
+    )
+    return ("sh", "-c", script, "nginx: master process")
+
+
+_WEB_80 = _web_server(80)
 
 
 def critest_images() -> list[ImageSpec]:
@@ -27,12 +41,13 @@ def critest_images() -> list[ImageSpec]:
     plain = ImageSpec
     specs = [
         plain(_E2E + "busybox:1.29-2"),
-        plain("registry.k8s.io/pause:3.9", entrypoint=("/bin/sleep", "2147483647"), cmd=()),
-        plain("k8s.gcr.io/pause:3.9", entrypoint=("/bin/sleep", "2147483647"), cmd=()),
-        plain(_E2E + "nginx:1.14-2", cmd=_HTTPD_80),
-        plain(_E2E + "httpd:2.4.39-4", cmd=_HTTPD_80),
+        # One image under both names, apart from the runtime's own pause:local.
+        plain("registry.k8s.io/pause:3.9", cmd=_SLEEP, labels=_PAUSE_39),
+        plain("k8s.gcr.io/pause:3.9", cmd=_SLEEP, labels=_PAUSE_39),
+        plain(_E2E + "nginx:1.14-2", cmd=_WEB_80),
+        plain(_E2E + "httpd:2.4.39-4", cmd=_WEB_80),
         plain(_E2E + "nonewprivs:1.3"),
-        plain(_STAGING + "hostnet-nginx-amd64", cmd=_HTTPD_8080),
+        plain(_STAGING + "hostnet-nginx-amd64", cmd=_web_server(12003)),
         plain(_STAGING + "test-image-latest:latest", labels=(("kre.test", "latest"),)),
         plain(_STAGING + "test-image-tag:test", labels=(("kre.test", "tag"),)),
         plain(_STAGING + "test-image-tag:all", labels=(("kre.test", "tag"),)),
@@ -57,7 +72,12 @@ def serve_critest_images(registry: LocalRegistry, folder: str | os.PathLike[str]
     """Build every critest image in ``folder`` and push it to ``registry``; the names pushed."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    # The runtime's own pause and busybox images too: a spec that removes an image by one of
+    # its names must not leave the runtime unable to pull its sandbox image again.
     pushed = []
+    for name, archive in build_default_images(out / "defaults").items():
+        registry.push(archive, name)
+        pushed.append(name)
     for i, spec in enumerate(critest_images()):
         named = ImageSpec(_untagged(spec.name), spec.entrypoint, spec.cmd, spec.user, spec.labels)
         archive = build_oci_archive(out / f"image-{i}.oci.tar", named)

@@ -41,6 +41,7 @@ _PASSWD = (
 _GROUP = (
     "root:x:0:\nwww-data:x:33:\nuser1000:x:1000:\ngroup50000:x:50000:user1000\nnogroup:x:65534:\n"
 )
+_PGREP = "#!/bin/sh\nps -o pid,comm | awk -v p=\"$1\" 'NR > 1 && $2 ~ p {print $1}'\n"
 # A fixed timestamp keeps the layer (and so every digest) reproducible.
 _EPOCH = 0
 
@@ -140,10 +141,22 @@ def _layer_tar(busybox: str) -> bytes:
         info = _tarinfo("bin/busybox", tarfile.REGTYPE, 0o755)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        # Hard links, as the upstream busybox image has them: masking one applet's path
+        # (a CRI MaskedPaths entry) then leaves the others, and sh, alone.
         for applet in _applets(busybox):
-            link = _tarinfo(f"bin/{applet}", tarfile.SYMTYPE, 0o777)
-            link.linkname = "busybox"
+            link = _tarinfo(f"bin/{applet}", tarfile.LNKTYPE, 0o755)
+            link.linkname = "bin/busybox"
             tar.addfile(link)
+        # Stand-ins for two tools Debian's busybox-static has no applet for (critest's specs
+        # call them): pgrep by process name, ipcs -m as the kernel lists the segments.
+        for name, text in (
+            ("usr/bin/pgrep", _PGREP),
+            ("usr/bin/ipcs", "#!/bin/sh\ncat /proc/sysvipc/shm\n"),
+        ):
+            raw = text.encode()
+            info = _tarinfo(name, tarfile.REGTYPE, 0o755)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
         # Minimal user database: runtimes look up the image user here (root; www-data and
         # user1000 with a supplementary group for critest's user images).
         for name, text in (

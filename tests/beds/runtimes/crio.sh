@@ -16,7 +16,7 @@ cache="${KRE_BEDS_CACHE:-/var/cache/kube-resource-enforcer}"
 dest="$cache/crio-${version#v}"
 bin="$dest/bin"
 
-built() { [ -x "$bin/crio" ] && [ -x "$bin/pinns" ] && "$bin/crio" --version 2>/dev/null | grep -q "^Version: *${version#v}$"; }
+built() { [ -x "$bin/crio" ] && [ -x "$bin/pinns" ] && "$bin/crio" --version 2>/dev/null | grep -q "^crio version ${version#v}$"; }
 
 if built; then echo "$bin"; exit 0; fi
 command -v go >/dev/null || { echo "crio: no go command on PATH; Go 1.26 is needed to build CRI-O $version" >&2; exit 1; }
