@@ -36,8 +36,8 @@ def test_the_relay_passes_the_specs_the_runtime_passes(runtime: str, tmp_path: P
     if reason:
         pytest.fail(f"critest on {runtime} cannot run here: {reason}", pytrace=False)
     with bed:
-        direct = run_critest(bed.direct, tmp_path / "direct")
-        relay = run_critest(bed.relay, tmp_path / "relay")
+        direct = run_critest(bed.direct, tmp_path / "direct", nri_socket=bed.nri_socket)
+        relay = run_critest(bed.relay, tmp_path / "relay", nri_socket=bed.nri_socket)
         relay_log = bed.relay_process.log_tail(40) if bed.relay_process else ""
     RESULTS.append(RuntimeResult(runtime, direct, relay))
 

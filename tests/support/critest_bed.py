@@ -51,6 +51,11 @@ class CritestBed:
         return self.runtime.socket
 
     @property
+    def nri_socket(self) -> str:
+        assert self.runtime is not None
+        return str(self.runtime.nri_socket)  # type: ignore[attr-defined]
+
+    @property
     def relay(self) -> str:
         assert self.relay_process is not None
         return self.relay_process.relay_socket
