@@ -23,14 +23,9 @@ _E2E = "registry.k8s.io/e2e-test-images/"
 
 
 def _web_server(port: int) -> tuple[str, ...]:
-    """busybox httpd standing in for nginx and httpd: an index page, the pid file and the log
-    line the specs look for, and "nginx: master process" in PID 1's command line (the shell
-    stays PID 1: its $0 is that text)."""
-    script = (
-        "mkdir -p /www /var/run; echo ok > /www/index.html; echo $$ > /var/run/nginx.pid; "
-        f"echo 'httpd listening on :{port}'; httpd -f -p {port} -h /www"
-    )
-    return ("sh", "-c", script, "nginx: master process")
+    """The image's nginx stand-in (tests.support.images): busybox httpd on ``port`` under a
+    shell named nginx, with "master process" in its command line as nginx's master has."""
+    return ("/usr/sbin/nginx", str(port), "master process")
 
 
 _WEB_80 = _web_server(80)

@@ -42,6 +42,12 @@ _GROUP = (
     "root:x:0:\nwww-data:x:33:\nuser1000:x:1000:\ngroup50000:x:50000:user1000\nnogroup:x:65534:\n"
 )
 _PGREP = "#!/bin/sh\nps -o pid,comm | awk -v p=\"$1\" 'NR > 1 && $2 ~ p {print $1}'\n"
+# critest's web server images: busybox httpd serving an index page on port $1, its pid file,
+# and a process named nginx (a script's name is its process name) for pidof and /proc/1.
+_NGINX = (
+    "#!/bin/sh\nmkdir -p /www /var/run\necho ok > /www/index.html\necho $$ > /var/run/nginx.pid\n"
+    'echo "httpd listening on :$1"\nhttpd -f -p "$1" -h /www\n'
+)
 # A fixed timestamp keeps the layer (and so every digest) reproducible.
 _EPOCH = 0
 
@@ -134,6 +140,7 @@ def _layer_tar(busybox: str) -> bytes:
             ("tmp", 0o1777),
             ("usr", 0o755),
             ("usr/bin", 0o755),
+            ("usr/sbin", 0o755),
             ("var", 0o755),
         ):
             tar.addfile(_tarinfo(d, tarfile.DIRTYPE, mode))
@@ -147,11 +154,12 @@ def _layer_tar(busybox: str) -> bytes:
             link = _tarinfo(f"bin/{applet}", tarfile.LNKTYPE, 0o755)
             link.linkname = "bin/busybox"
             tar.addfile(link)
-        # Stand-ins for two tools Debian's busybox-static has no applet for (critest's specs
-        # call them): pgrep by process name, ipcs -m as the kernel lists the segments.
+        # Stand-ins for tools Debian's busybox-static has no applet for (critest's specs call
+        # them): pgrep by process name, ipcs -m as the kernel lists the segments, and nginx.
         for name, text in (
             ("usr/bin/pgrep", _PGREP),
             ("usr/bin/ipcs", "#!/bin/sh\ncat /proc/sysvipc/shm\n"),
+            ("usr/sbin/nginx", _NGINX),
         ):
             raw = text.encode()
             info = _tarinfo(name, tarfile.REGTYPE, 0o755)
