@@ -148,3 +148,13 @@ def test_a_ginkgo_report_is_read_as_spec_names_and_states(tmp_path: Path) -> Non
         "[k8s.io] Image Manager should pull": "passed",
         "[k8s.io] Streaming exec should exec": "failed",
     }
+
+
+def test_containerd_1_7_takes_the_registry_mirrors_in_its_version_2_config(tmp_path: Path) -> None:
+    ctrd = NriContainerd(tmp_path, release="containerd1.7", registry_config=tmp_path / "hosts")
+    ctrd.snapshotter = "native"
+    config = tomllib.loads(ctrd.render())
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert config["version"] == 2
+    assert cri["registry"]["config_path"] == str(tmp_path / "hosts")
+    assert cri["sandbox_image"] == images.PAUSE_IMAGE
