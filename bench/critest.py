@@ -22,6 +22,8 @@ from bench.relay import RESULTS, percentile
 from tests.support.critest import run_critest
 from tests.support.critest_bed import CritestBed
 
+_E2E = "registry.k8s.io/e2e-test-images/"
+
 
 def _samples(folder: Path) -> dict[str, list[float]]:
     """critest's benchmark JSON files in ``folder`` -> "benchmark/operation" -> seconds."""
@@ -58,6 +60,9 @@ def main(argv: list[str]) -> int:
             f"imagesNumber: {max(2, n // 4)}\nimagesNumberParallel: 1\n"
             "imageBenchmarkTimeoutSeconds: 600\n"
             "podContainerStartBenchmarkTimeoutSeconds: 600\n"
+            # critest's defaults are on public.ecr.aws; the loopback registry serves these.
+            f"imagePullingBenchmarkImage: {_E2E}busybox:1.29-2\n"
+            f"imageListingBenchmarkImages: [{_E2E}busybox:1.29-2, {_E2E}nginx:1.14-2]\n"
         )
         with bed:
             for round_ in range(args.rounds):

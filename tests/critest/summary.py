@@ -20,9 +20,12 @@ class RuntimeResult:
             f"{len(d.named('skipped'))} skipped; relay {len(r.passed)} passed, "
             f"{len(r.failed)} failed, {len(r.named('skipped'))} skipped"
         ]
-        out += [f"  only directly: {n}" for n in sorted(d.passed - r.passed)]
+        out += [
+            f"  only directly: {n}\n      relay: {r.messages.get(n, r.states.get(n, '?'))}"
+            for n in sorted(d.passed - r.passed)
+        ]
         out += [f"  only through the relay: {n}" for n in sorted(r.passed - d.passed)]
-        out += [f"  fails directly: {n}" for n in sorted(d.failed)]
+        out += [f"  fails directly: {n}\n      {d.messages.get(n, '')}" for n in sorted(d.failed)]
         return out
 
 

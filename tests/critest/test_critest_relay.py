@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.critest.summary import RESULTS, RuntimeResult
-from tests.support.crio import CRIO
 from tests.support.critest import run_critest
 from tests.support.critest_bed import CritestBed
 
-CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4", CRIO)
+CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4")
 
 # runtime -> spec name -> why it fails on that runtime itself, on this machine (not the relay).
 DIRECT_FAILURES: dict[str, dict[str, str]] = {}

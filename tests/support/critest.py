@@ -112,6 +112,7 @@ class CritestResult:
     states: dict[str, str] = field(default_factory=dict)
     output: str = ""
     returncode: int = 0
+    messages: dict[str, str] = field(default_factory=dict)  # a failed spec's first lines
 
     def named(self, state: str) -> set[str]:
         return {name for name, s in self.states.items() if s == state}
@@ -127,14 +128,25 @@ class CritestResult:
 
 def parse_report(path: Path) -> dict[str, str]:
     """ginkgo v2 JSON report -> spec name (containers and leaf text) -> state."""
-    states: dict[str, str] = {}
+    return {name: state for name, (state, _) in _specs(path).items()}
+
+
+def failure_messages(path: Path) -> dict[str, str]:
+    """ginkgo v2 JSON report -> spec name -> the start of its failure message (failed specs)."""
+    return {name: message for name, (_, message) in _specs(path).items() if message}
+
+
+def _specs(path: Path) -> dict[str, tuple[str, str]]:
+    specs: dict[str, tuple[str, str]] = {}
     for suite in json.loads(path.read_text()):
         for spec in suite.get("SpecReports") or ():
             if spec.get("LeafNodeType") != "It":
                 continue
             name = " ".join([*spec.get("ContainerHierarchyTexts", ()), spec["LeafNodeText"]])
-            states[name] = spec["State"]
-    return states
+            failure = spec.get("Failure") or {}
+            message = " ".join(str(failure.get("Message", "")).split())[:300]
+            specs[name] = (spec["State"], message)
+    return specs
 
 
 def run_critest(
@@ -175,4 +187,4 @@ def run_critest(
     (out_dir / "critest.log").write_text(output)
     if not report.exists():
         raise RuntimeError(f"critest wrote no report (exit {done.returncode}):\n{output[-3000:]}")
-    return CritestResult(parse_report(report), output, done.returncode)
+    return CritestResult(parse_report(report), output, done.returncode, failure_messages(report))
