@@ -25,8 +25,28 @@ from tests.support.critest_bed import CritestBed
 
 CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4")
 
+_EXEC_TIMEOUT = (
+    "[k8s.io] Container runtime should support basic operations on container runtime should "
+    "support execSync with timeout [Conformance]"
+)
+_ALL = {
+    _EXEC_TIMEOUT: (
+        "after the timed-out exec, `pgrep sleep` (the image's stand-in: busybox ps and awk) "
+        "prints 1 in the container on every runtime here; not understood yet"
+    ),
+}
 # runtime -> spec name -> why it fails on that runtime itself, on this machine (not the relay).
-DIRECT_FAILURES: dict[str, dict[str, str]] = {}
+DIRECT_FAILURES: dict[str, dict[str, str]] = {
+    "containerd1.7": _ALL,
+    "containerd2.1": {
+        **_ALL,
+        "[k8s.io] NRI plugin synchronization should receive information about all containers "
+        "without the race condition during initialization": (
+            "containerd 2.1.9 closed critest's second NRI stub while it synchronized (seen once)"
+        ),
+    },
+    "containerd2.4": _ALL,
+}
 
 pytestmark = pytest.mark.containerd
 

@@ -31,6 +31,10 @@ SKIPS: dict[str, str] = {
     r"[Aa]pp[Aa]rmor|apparmor_profile|SELinux|selinux": (
         "no AppArmor or SELinux on this machine, and the runtimes are configured without them"
     ),
+    r"should support MaskedPaths": (
+        "Debian's busybox-static runs ls inside its shell (a standalone shell), so the masked "
+        "/bin/ls is never executed; the upstream busybox image's shell executes it"
+    ),
     r"NoNewPrivs": (
         "the nonewprivs image's setuid-root helper is a compiled program of its own; the images "
         "here hold busybox-static only, whose applets drop a setuid bit"
