@@ -22,9 +22,13 @@ class RuntimeResult:
         ]
         out += [
             f"  only directly: {n}\n      relay: {r.messages.get(n, r.states.get(n, '?'))}"
-            for n in sorted(d.passed - r.passed)
+            for n in sorted(d.passed & r.failed)
         ]
-        out += [f"  only through the relay: {n}" for n in sorted(r.passed - d.passed)]
+        out += [f"  only through the relay: {n}" for n in sorted(r.passed & d.failed)]
+        out += [
+            f"  passed one way, skipped itself the other: {n}"
+            for n in sorted((d.passed ^ r.passed) - d.failed - r.failed)
+        ]
         out += [f"  fails directly: {n}\n      {d.messages.get(n, '')}" for n in sorted(d.failed)]
         return out
 

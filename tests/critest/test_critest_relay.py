@@ -64,8 +64,10 @@ def test_the_relay_passes_the_specs_the_runtime_passes(runtime: str, tmp_path: P
     RESULTS.append(RuntimeResult(runtime, direct, relay))
 
     assert direct.passed, f"no spec passed directly on {runtime}:\n{direct.output[-3000:]}"
-    only_direct = sorted(direct.passed - relay.passed)
-    only_relay = sorted(relay.passed - direct.passed)
+    # A spec that skips itself at run time on one side only (critest's NRI race specs skip
+    # when the race window was missed) is printed at the end, not a difference.
+    only_direct = sorted(direct.passed & relay.failed)
+    only_relay = sorted(relay.passed & direct.failed)
     assert not only_direct and not only_relay, (
         f"{runtime}: pass sets differ.\n"
         f"  pass directly, not through the relay: {only_direct}\n"
