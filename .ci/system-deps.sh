@@ -25,9 +25,19 @@ command -v iptables >/dev/null || need+=(iptables)
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 command -v ip >/dev/null || need+=(iproute2)
+# tests/critest: a loopback registry serving critest's images; tests/beds/runtimes builds
+# containerd 2.x, critest and CRI-O with Go (cgo: the C compiler above, pkg-config, libseccomp-dev).
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 
-# containerd 1.7 with NRI for the NRI plugin's tests, beside (never instead of) the system's.
-containerd17() { "$(dirname "$0")/containerd17.sh"; }
+# containerd 1.7 with NRI for the NRI plugin's tests, beside (never instead of) the system's;
+# then the rest of the runtime matrix and critest (tests/beds/runtimes, docs/testing.md).
+containerd17() {
+  "$(dirname "$0")/containerd17.sh"
+  if [ "$(id -u)" = 0 ]; then "$(dirname "$0")/../tests/beds/runtimes/install.sh"; fi
+}
 
 if [ ${#need[@]} -eq 0 ]; then
   containerd17

@@ -24,6 +24,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.nri",
         "CreateContainer with the NRI plugin vs containerd 1.7 with NRI and no plugin: p50/p99",
     ),
+    "critest": (
+        "bench.critest",
+        "critest -benchmark through the relay vs direct, same containerd: p50/p99 per operation",
+    ),
     "policy": (
         "bench.policy",
         "static and topology-aware decisions, 144 CPUs/500 and 768 CPUs/2000 containers; plan",

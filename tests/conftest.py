@@ -7,12 +7,15 @@ missing the fixture FAILS, it never skips: a skipped end-to-end test would look 
 in CI. On a machine without them, leave those tests out explicitly with
 ``pytest -m "not containerd"``.
 
-``containerd17``: a private containerd 1.7 with NRI on (tests.support.containerd17), for the
-NRI plugin's tests, marked ``containerd`` too. Missing (``.ci/containerd17.sh`` not run), it
+``containerd17``, ``containerd21``, ``containerd24``: a private containerd of the matrix with NRI
+on (tests.support.runtimes), marked ``containerd`` too. Missing (its installer not run), each
 fails as the 1.6 one does, naming the command that installs it.
+``tests.support.runtimes.session_runtime`` gives the session's instance of a release by its test
+id (``containerd2.1``).
 
 tests/e2e/conftest.py overrides ``containerd`` there: the relay's end-to-end modules run once on
-each runtime (1.6 and 1.7).
+each runtime of the matrix; tests/nri/conftest.py runs the NRI plugin's modules on each runtime
+that has NRI.
 
 ``snapshot_roots`` / ``topologies``: the real servers' sysfs snapshots, extracted once.
 """
@@ -26,7 +29,7 @@ import pytest
 
 from enforcer.topology import Topology, read_topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
-from tests.support.containerd17 import NriContainerd, containerd17_available
+from tests.support.runtimes import RELEASES, NriContainerd
 from tests.support.snapshots import extract_snapshots
 
 
@@ -34,7 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs the fixture needs a real containerd: mark it so `-m` can select it.
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if {"containerd", "containerd16", "containerd17"} & set(names):
+        if any(n.startswith("containerd") for n in names):
             item.add_marker(pytest.mark.containerd)
 
 
@@ -64,25 +67,40 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
     return containerd16
 
 
-@pytest.fixture(scope="session")
-def containerd17() -> Iterator[NriContainerd]:
-    reason = containerd17_available()
+def _nri_runtime(name: str) -> Iterator[NriContainerd]:
+    release = RELEASES[name]
+    reason = release.unavailable()
     if reason:
         pytest.fail(
-            f"containerd 1.7 with NRI is needed: {reason}. Install it with "
-            '.ci/containerd17.sh, or run `pytest -m "not containerd"`.',
+            f"{name} with NRI is needed: {reason}. Install it with {release.installer}, "
+            'or run `pytest -m "not containerd"`.',
             pytrace=False,
         )
-    ctrd = NriContainerd()
+    ctrd = NriContainerd(release=release)
     try:
         ctrd.start()
     except ContainerdError as e:
         ctrd.close()
-        pytest.fail(f"private containerd 1.7 did not start: {e}", pytrace=False)
+        pytest.fail(f"private {name} did not start: {e}", pytrace=False)
     try:
         yield ctrd
     finally:
         ctrd.close()
+
+
+@pytest.fixture(scope="session")
+def containerd17() -> Iterator[NriContainerd]:
+    yield from _nri_runtime("containerd1.7")
+
+
+@pytest.fixture(scope="session")
+def containerd21() -> Iterator[NriContainerd]:
+    yield from _nri_runtime("containerd2.1")
+
+
+@pytest.fixture(scope="session")
+def containerd24() -> Iterator[NriContainerd]:
+    yield from _nri_runtime("containerd2.4")
 
 
 @pytest.fixture(scope="session")

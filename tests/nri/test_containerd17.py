@@ -31,3 +31,20 @@ def test_a_pod_runs_on_it(containerd17: NriContainerd) -> None:
             assert status.state == api_pb2.CONTAINER_RUNNING
         finally:
             kubelet.remove_pod(pod)
+
+
+def test_each_runtime_with_nri_runs_a_pod(nri_containerd: NriContainerd) -> None:
+    """Every runtime of the matrix that the NRI modules run on: its own programs, its NRI socket
+    in its own folder, and a pod running on it."""
+    release = nri_containerd.release
+    assert nri_containerd.version().runtime_version.removeprefix("v").startswith(release.series)
+    assert stat.S_ISSOCK(os.stat(nri_containerd.nri_socket).st_mode)
+    assert nri_containerd.binary("containerd") == str(release.bin_dir() / "containerd")
+    assert f"version = {release.config_version}" in nri_containerd.config_path.read_text()
+    with KubeletEmulator(nri_containerd.socket) as kubelet:
+        pod = kubelet.run_pod(manifest("matrix-smoke", sleeper(), namespace="nri-smoke"))
+        try:
+            status = kubelet.container_status(pod.container_id("app"))
+            assert status.state == api_pb2.CONTAINER_RUNNING
+        finally:
+            kubelet.remove_pod(pod)

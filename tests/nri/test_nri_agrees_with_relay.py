@@ -14,11 +14,11 @@ from pathlib import Path
 import grpc
 
 from enforcer.topology import CPUSet
-from tests.support.containerd17 import NriContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))
@@ -93,19 +93,19 @@ def _run_mode(start: Callable[[], object], stop: Callable[[], int], socket: str,
         assert stop() == 0
 
 
-def test_nri_and_run_agree_on_placements(containerd17: NriContainerd, tmp_path: Path) -> None:
+def test_nri_and_run_agree_on_placements(nri_containerd: NriContainerd, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(f'policy: {{name: static, reservedCPUs: "{RESERVED}"}}\n')
 
     relay = EnforcerProcess(
-        tmp_path / "run", runtime_socket=containerd17.socket, config=str(config)
+        tmp_path / "run", runtime_socket=nri_containerd.socket, config=str(config)
     )
     by_relay = _run_mode(relay.start, relay.stop, relay.relay_socket, tmp_path / "r")
 
     plugin = NriEnforcerProcess(
-        tmp_path / "nri", nri_socket=containerd17.nri_socket, config=str(config)
+        tmp_path / "nri", nri_socket=nri_containerd.nri_socket, config=str(config)
     )
-    by_nri = _run_mode(plugin.start, plugin.stop, containerd17.socket, tmp_path / "n")
+    by_nri = _run_mode(plugin.start, plugin.stop, nri_containerd.socket, tmp_path / "n")
 
     assert len(by_relay) >= 20
     # The churn really exercised the policy: exclusive CPUs handed out and refused.

@@ -14,12 +14,12 @@ import grpc
 import pytest
 
 from enforcer.topology import CPUSet
-from tests.support.containerd17 import NriContainerd
 from tests.support.disks import whole_disk
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))
@@ -54,7 +54,7 @@ classAccess:
 
 @pytest.fixture(scope="module")
 def setup(
-    containerd17: NriContainerd, tmp_path_factory: pytest.TempPathFactory
+    nri_containerd: NriContainerd, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[NriEnforcerProcess, FakeResctrl]]:
     workdir = tmp_path_factory.mktemp("nri-classes")
     resctrl = FakeResctrl(workdir / "resctrl", ResctrlShape())
@@ -62,7 +62,7 @@ def setup(
     config.write_text(CONFIG)
     proc = NriEnforcerProcess(
         workdir / "enforcer",
-        nri_socket=containerd17.nri_socket,
+        nri_socket=nri_containerd.nri_socket,
         config=str(config),
         extra_args=["--resctrl-root", str(resctrl.root)],
     )
@@ -75,8 +75,8 @@ def setup(
 
 
 @pytest.fixture
-def kubelet(containerd17: NriContainerd, setup, tmp_path: Path) -> Iterator[KubeletEmulator]:
-    with KubeletEmulator(containerd17.socket, log_root=tmp_path / "pods") as emu:
+def kubelet(nri_containerd: NriContainerd, setup, tmp_path: Path) -> Iterator[KubeletEmulator]:
+    with KubeletEmulator(nri_containerd.socket, log_root=tmp_path / "pods") as emu:
         yield emu
 
 

@@ -1,7 +1,7 @@
-"""Faults around the NRI plugin on a real containerd 1.7: the plugin killed with SIGKILL and
-started again with containers running, containers started while it was down (NRI is
-fail-open) re-pinned when it is back, and containerd restarted under it. Truth is read from
-the cgroups. A containerd of this module's own: one test restarts it."""
+"""Faults around the NRI plugin on each real containerd with NRI (tests/nri/conftest.py): the
+plugin killed with SIGKILL and started again with containers running, containers started while
+it was down (NRI is fail-open) re-pinned when it is back, and containerd restarted under it.
+Truth is read from the cgroups. A containerd of this module's own: one test restarts it."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import grpc
 import pytest
 
 from enforcer.topology import CPUSet
-from tests.support.containerd17 import NriContainerd, containerd17_available
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))
@@ -29,10 +29,9 @@ NS = "nri-faults"
 
 
 @pytest.fixture(scope="module")
-def ctrd(containerd17: NriContainerd) -> Iterator[NriContainerd]:
-    # containerd17 (the session's) proves 1.7 is here, or fails/skips as the suite says.
-    assert containerd17_available() is None
-    with NriContainerd() as own:
+def ctrd(nri_containerd: NriContainerd) -> Iterator[NriContainerd]:
+    # nri_containerd (the session's) proves the release is here, or fails as the suite says.
+    with NriContainerd(release=nri_containerd.release) as own:
         yield own
 
 

@@ -16,11 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from enforcer.metrics import NRI_EVENTS, NRI_METHODS
 from enforcer.topology import CPUSet
-from tests.support.containerd17 import NriContainerd
 from tests.support.enforcer_process import free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))
@@ -28,7 +28,7 @@ RESERVED = CPUSet.of(min(ALL))
 
 @pytest.fixture(scope="module")
 def plugin(
-    containerd17: NriContainerd, tmp_path_factory: pytest.TempPathFactory
+    nri_containerd: NriContainerd, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[NriEnforcerProcess]:
     workdir = tmp_path_factory.mktemp("nri-static")
     config = workdir / "config.yaml"
@@ -38,7 +38,7 @@ def plugin(
     )
     proc = NriEnforcerProcess(
         workdir,
-        nri_socket=containerd17.nri_socket,
+        nri_socket=nri_containerd.nri_socket,
         config=str(config),
         metrics_address=f"127.0.0.1:{free_port()}",
     )
@@ -52,9 +52,9 @@ def plugin(
 
 @pytest.fixture
 def kubelet(
-    containerd17: NriContainerd, plugin: NriEnforcerProcess, tmp_path: Path
+    nri_containerd: NriContainerd, plugin: NriEnforcerProcess, tmp_path: Path
 ) -> Iterator[KubeletEmulator]:
-    with KubeletEmulator(containerd17.socket, log_root=tmp_path / "pods") as emu:
+    with KubeletEmulator(nri_containerd.socket, log_root=tmp_path / "pods") as emu:
         yield emu
 
 

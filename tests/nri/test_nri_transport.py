@@ -28,9 +28,9 @@ from enforcer.nri.frames import (
 )
 from enforcer.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE, Session, plugin_method
 from enforcer.nriapi import api_pb2, request_pb2
-from tests.support.containerd17 import NriContainerd
 from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import manifest, sleeper
+from tests.support.runtimes import NriContainerd
 
 # -- framing ------------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ def test_calls_to_the_runtime_get_their_answer_or_its_error_status() -> None:
 # -- registration with a real containerd 1.7 -------------------------------------------------
 
 
-def test_registers_with_containerd_and_serves_its_events(containerd17: NriContainerd) -> None:
+def test_registers_with_containerd_and_serves_its_events(nri_containerd: NriContainerd) -> None:
     seen: list[str] = []
     created: list[api_pb2.CreateContainerRequest] = []
 
@@ -201,7 +201,7 @@ def test_registers_with_containerd_and_serves_its_events(containerd17: NriContai
     async def main() -> None:
         stop = asyncio.Event()
         session = Session(
-            containerd17.nri_socket,
+            nri_containerd.nri_socket,
             "transport-test",
             "91",
             {
@@ -214,7 +214,7 @@ def test_registers_with_containerd_and_serves_its_events(containerd17: NriContai
         await asyncio.wait_for(session.registered.wait(), 5)
 
         def run_pod() -> None:
-            with KubeletEmulator(containerd17.socket) as kubelet:
+            with KubeletEmulator(nri_containerd.socket) as kubelet:
                 pod = kubelet.run_pod(manifest("transport", sleeper(), namespace="nri-transport"))
                 kubelet.remove_pod(pod)
 
@@ -226,4 +226,4 @@ def test_registers_with_containerd_and_serves_its_events(containerd17: NriContai
     assert seen == ["Configure containerd", "Synchronize", "CreateContainer"]
     (request,) = created
     assert request.pod.namespace == "nri-transport" and request.container.name == "app"
-    assert r"registered as \"91-transport-test\"" in containerd17.log_path.read_text()
+    assert r"registered as \"91-transport-test\"" in nri_containerd.log_path.read_text()

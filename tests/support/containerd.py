@@ -254,6 +254,17 @@ class PrivateContainerd:
         """None when this instance can run here, else the reason why not."""
         return containerd_available()
 
+    def daemon_command(self) -> list[str]:
+        """The daemon's command line (a subclass may run another runtime)."""
+        return [self.binary("containerd"), "--config", str(self.config_path), "--log-level",
+                self.log_level]  # fmt: skip
+
+    def daemon_env(self) -> dict[str, str] | None:
+        """The daemon's environment; None: this process's."""
+        if self.bin_dir is None:
+            return None
+        return dict(os.environ, PATH=f"{self.bin_dir}:{os.environ.get('PATH', '')}")
+
     def render(self) -> str:
         """This instance's config.toml; subclasses add their sections."""
         assert self.snapshotter is not None
@@ -316,17 +327,9 @@ class PrivateContainerd:
         # start_new_session: containerd leads its own process group, so stop() can kill it and
         # any helper it forked in one go. The shims put themselves in their own groups and
         # survive, as on a real node.
-        env = None
-        if self.bin_dir is not None:
-            env = dict(os.environ, PATH=f"{self.bin_dir}:{os.environ.get('PATH', '')}")
+        env = self.daemon_env()
         self._proc = subprocess.Popen(
-            [
-                self.binary("containerd"),
-                "--config",
-                str(self.config_path),
-                "--log-level",
-                self.log_level,
-            ],
+            self.daemon_command(),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -32,6 +32,22 @@ _FALLBACK_APPLETS = (
 )  # fmt: skip
 
 _PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "www-data:x:33:33:www-data:/var/www:/bin/sh\n"
+    "user1000:x:1000:1000::/:/bin/sh\n"
+    "nobody:x:65534:65534::/:/bin/false\n"
+)
+_GROUP = (
+    "root:x:0:\nwww-data:x:33:\nuser1000:x:1000:\ngroup50000:x:50000:user1000\nnogroup:x:65534:\n"
+)
+_PGREP = "#!/bin/sh\nps -o pid,comm | awk -v p=\"$1\" 'NR > 1 && $2 ~ p {print $1}'\n"
+# critest's web server images: busybox httpd serving an index page on port $1, its pid file,
+# and a process named nginx (a script's name is its process name) for pidof and /proc/1.
+_NGINX = (
+    "#!/bin/sh\nmkdir -p /www /var/run\necho ok > /www/index.html\necho $$ > /var/run/nginx.pid\n"
+    'echo "httpd listening on :$1"\nhttpd -f -p "$1" -h /www\n'
+)
 # A fixed timestamp keeps the layer (and so every digest) reproducible.
 _EPOCH = 0
 
@@ -47,6 +63,8 @@ class ImageSpec:
     name: str
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ("sh",)
+    user: str = ""  # the image's USER ("1002", "www-data", "1003:1003"); empty: root
+    labels: tuple[tuple[str, str], ...] = ()  # also what tells otherwise equal images apart
 
 
 BUSYBOX = ImageSpec(BUSYBOX_IMAGE, entrypoint=(), cmd=("sh",))
@@ -122,6 +140,7 @@ def _layer_tar(busybox: str) -> bytes:
             ("tmp", 0o1777),
             ("usr", 0o755),
             ("usr/bin", 0o755),
+            ("usr/sbin", 0o755),
             ("var", 0o755),
         ):
             tar.addfile(_tarinfo(d, tarfile.DIRTYPE, mode))
@@ -129,14 +148,28 @@ def _layer_tar(busybox: str) -> bytes:
         info = _tarinfo("bin/busybox", tarfile.REGTYPE, 0o755)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        # Hard links, as the upstream busybox image has them: masking one applet's path
+        # (a CRI MaskedPaths entry) then leaves the others, and sh, alone.
         for applet in _applets(busybox):
-            link = _tarinfo(f"bin/{applet}", tarfile.SYMTYPE, 0o777)
-            link.linkname = "busybox"
+            link = _tarinfo(f"bin/{applet}", tarfile.LNKTYPE, 0o755)
+            link.linkname = "bin/busybox"
             tar.addfile(link)
-        # Minimal user database: runtimes look up the image user (root) here.
+        # Stand-ins for tools Debian's busybox-static has no applet for (critest's specs call
+        # them): pgrep by process name, ipcs -m as the kernel lists the segments, and nginx.
         for name, text in (
-            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
-            ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+            ("usr/bin/pgrep", _PGREP),
+            ("usr/bin/ipcs", "#!/bin/sh\ncat /proc/sysvipc/shm\n"),
+            ("usr/sbin/nginx", _NGINX),
+        ):
+            raw = text.encode()
+            info = _tarinfo(name, tarfile.REGTYPE, 0o755)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+        # Minimal user database: runtimes look up the image user here (root; www-data and
+        # user1000 with a supplementary group for critest's user images).
+        for name, text in (
+            ("etc/passwd", _PASSWD),
+            ("etc/group", _GROUP),
         ):
             raw = text.encode()
             info = _tarinfo(name, tarfile.REGTYPE, 0o644)
@@ -187,6 +220,8 @@ def build_oci_archive(
                 "Entrypoint": list(spec.entrypoint) or None,
                 "Cmd": list(spec.cmd) or None,
                 "WorkingDir": "/",
+                **({"User": spec.user} if spec.user else {}),
+                **({"Labels": dict(spec.labels)} if spec.labels else {}),
             },
             "rootfs": {"type": "layers", "diff_ids": [_digest(layer_tar)]},
             "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "enforcer.devenv"}],

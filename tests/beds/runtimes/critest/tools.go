@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins cri-tools v1.37.0, whose critest (a ginkgo suite built with go test -c,
+// as cri-tools' Makefile builds it) the test beds run against each runtime and the relay.
+package tools
+
+import (
+	_ "sigs.k8s.io/cri-tools/pkg/validate"
+)

@@ -1,0 +1,225 @@
+"""A private CRI-O of the runtime matrix, with the same life cycle as PrivateContainerd.
+
+``tests/beds/runtimes/crio.sh`` builds crio and pinns (CRI-O 1.34.0 from its Go module) into
+``$KRE_BEDS_CACHE/crio-1.34.0/bin``; conmon and runc are bookworm's. ``PrivateCrio`` runs that
+crio out of a temporary folder: its own storage root and run root, CRI socket, NRI socket
+(``<workdir>/nri.sock``, NRI on, 5 s to register and 2 s per request as containerd's), runc
+root, cgroupfs cgroup manager (container cgroups are ``<parent>/crio-<id>``), and no
+configuration read from /etc (``--config``, an empty ``--config-dir``, and the containers
+storage and registries files pointed at its own folder). CRI-O cannot import an image archive,
+so its images come from a loopback registry (tests.support.registry) it owns, pulled over CRI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support import images
+from tests.support.containerd import ContainerdError, PrivateContainerd, _pids, _toml_str
+from tests.support.registry import LocalRegistry, registry_available
+from tests.support.runtimes import REPO, _cache
+
+CONMON = "/usr/bin/conmon"
+CRIO = "crio1.34"  # its test id in the matrix
+INSTALLER = "tests/beds/runtimes/crio.sh"
+
+
+def crio_version() -> str:
+    gomod = (REPO / "tests/beds/runtimes/crio/go.mod").read_text()
+    found = re.search(r"github\.com/cri-o/cri-o v(\S+)", gomod)
+    assert found, "tests/beds/runtimes/crio/go.mod does not require cri-o"
+    return found.group(1)
+
+
+def crio_bin_dir() -> Path:
+    return _cache() / f"crio-{crio_version()}" / "bin"
+
+
+def crio_available() -> str | None:
+    """None when a private CRI-O can run here, else why not."""
+    bin_dir = crio_bin_dir()
+    missing = [p for p in ("crio", "pinns") if not os.access(bin_dir / p, os.X_OK)]
+    if missing:
+        return f"no CRI-O under {bin_dir} (missing {', '.join(missing)}); run {INSTALLER}"
+    if not os.access(CONMON, os.X_OK):
+        return "missing conmon; on Debian `apt-get install conmon`"
+    if shutil.which("runc") is None:
+        return "missing runc; on Debian/Ubuntu `apt-get install runc` (as root)"
+    if os.geteuid() != 0:
+        return f"CRI-O and runc need root (running as uid {os.geteuid()})"
+    return registry_available()
+
+
+class PrivateCrio(PrivateContainerd):
+    """CRI-O in a temporary folder; ``socket``, ``nri_socket``, ``version()``, ``restart()``,
+    ``remove_all_pods()`` and ``close()`` as PrivateContainerd's."""
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        registry: LocalRegistry | None = None,
+        **kwargs: object,
+    ) -> None:
+        kwargs.setdefault("bin_dir", crio_bin_dir())
+        super().__init__(workdir, **kwargs)  # type: ignore[arg-type]
+        self.socket = str(self.workdir / "crio.sock")
+        self.address = f"unix://{self.socket}"
+        self.config_path = self.workdir / "crio.conf"
+        self.log_path = self.workdir / "crio.log"
+        self.nri_socket = str(self.workdir / "nri.sock")
+        self.runc_binary = shutil.which("runc") or "/usr/sbin/runc"
+        self._own_registry = registry is None
+        self.registry = registry or LocalRegistry(self.workdir / "registry")
+
+    def unavailable(self) -> str | None:
+        return crio_available()
+
+    def daemon_command(self) -> list[str]:
+        return [
+            self.binary("crio"),
+            "--config",
+            str(self.config_path),
+            "--config-dir",
+            str(self.workdir / "crio.conf.d"),
+            "--log-level",
+            self.log_level,
+        ]
+
+    def daemon_env(self) -> dict[str, str] | None:
+        return dict(
+            os.environ,
+            CONTAINERS_STORAGE_CONF=str(self.workdir / "storage.conf"),
+            CONTAINERS_REGISTRIES_CONF=str(self.workdir / "registries.conf"),
+        )
+
+    def render(self) -> str:
+        w, q = self.workdir, _toml_str
+        for d in ("crio.conf.d", "nri/plugins", "nri/conf.d", "exits", "attach", "ns", "logs"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        driver = "overlay" if self.snapshotter == "overlayfs" else "vfs"
+        (w / "storage.conf").write_text(
+            f'[storage]\ndriver = "{driver}"\nrunroot = {q(str(w / "state"))}\n'
+            f"graphroot = {q(str(w / 'root'))}\n"
+        )
+        (w / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
+        if not self.registry.port:
+            self.registry.start()
+        self.registry.registries_conf(w / "registries.conf")
+        pinns = str(self.bin_dir / "pinns") if self.bin_dir else "pinns"
+        return f"""\
+# Written by tests.support.crio: a private CRI-O for tests.
+[crio]
+root = {q(str(w / "root"))}
+runroot = {q(str(w / "state"))}
+storage_driver = {q(driver)}
+log_dir = {q(str(w / "logs"))}
+version_file = {q(str(w / "state" / "version"))}
+version_file_persist = {q(str(w / "root" / "version"))}
+clean_shutdown_file = {q(str(w / "root" / "clean.shutdown"))}
+
+[crio.api]
+listen = {q(self.socket)}
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+pinns_path = {q(pinns)}
+namespaces_dir = {q(str(w / "ns"))}
+container_exits_dir = {q(str(w / "exits"))}
+container_attach_socket_dir = {q(str(w / "attach"))}
+hooks_dir = []
+selinux = false
+apparmor_profile = ""
+irqbalance_config_file = {q(str(w / "irqbalance"))}
+cdi_spec_dirs = [{q(str(w / "cdi"))}]
+
+[crio.runtime.runtimes.runc]
+runtime_path = {q(self.runc_binary)}
+runtime_type = "oci"
+runtime_root = {q(str(w / "runc"))}
+monitor_path = {q(CONMON)}
+monitor_cgroup = "pod"
+
+[crio.image]
+pause_image = {q(images.PAUSE_IMAGE)}
+signature_policy = {q(str(w / "policy.json"))}
+
+[crio.network]
+network_dir = {q(str(w / "cni" / "net.d"))}
+plugin_dirs = [{q(str(w / "cni" / "bin"))}]
+
+[crio.nri]
+enable_nri = true
+nri_listen = {q(self.nri_socket)}
+nri_plugin_dir = {q(str(w / "nri" / "plugins"))}
+nri_plugin_config_dir = {q(str(w / "nri" / "conf.d"))}
+nri_plugin_registration_timeout = "5s"
+nri_plugin_request_timeout = "2s"
+
+[crio.metrics]
+enable_metrics = false
+"""
+
+    def _import_images(self) -> None:
+        """Push the busybox and pause images to the registry, then pull them over CRI."""
+        from enforcer.cri import api_pb2, api_pb2_grpc
+
+        archives = images.build_default_images(self.workdir / "images")
+        with self.channel() as ch:
+            stub = api_pb2_grpc.ImageServiceStub(ch)
+            for name, archive in archives.items():
+                self.registry.push(archive, name)
+                try:
+                    stub.PullImage(
+                        api_pb2.PullImageRequest(image=api_pb2.ImageSpec(image=name)), timeout=120
+                    )
+                except Exception as e:
+                    raise ContainerdError(
+                        f"CRI-O could not pull {name} from {self.registry.address}: {e}; "
+                        f"log tail:\n{self.log_tail()}"
+                    ) from e
+        self._images_imported = True
+
+    def start(self) -> PrivateCrio:
+        super().start()
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.nri_socket) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._own_registry:
+                self.registry.close()
+
+    def _kill_leftovers(self) -> None:
+        marker = str(self.workdir).encode()
+        for pid in _pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"conmon" in cmdline and marker in cmdline:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        root = self.workdir / "runc"
+        if root.is_dir():
+            for ctr_dir in root.iterdir():
+                subprocess.run(
+                    ["runc", "--root", str(root), "delete", "--force", ctr_dir.name],
+                    capture_output=True,
+                    timeout=30,
+                )
