@@ -1,6 +1,7 @@
-"""`cpu.preserve` under the static and topology-aware policies: kubelet's CPUs cut to the CPUs
-the container may share, never CPUs exclusive to another container or reserved ones it is not
-entitled to; refused when nothing remains; the cut follows later exclusive allocations."""
+"""`cpu.preserve` under the static and topology-aware policies (and balloons where named):
+kubelet's CPUs cut to the CPUs the container may share, never CPUs exclusive to another
+container or reserved ones it is not entitled to; refused when nothing remains; the cut
+follows later exclusive allocations."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_refused_when_nothing_of_kubelets_cpuset_remains(name: str) -> None:
     assert policy.placements() == before
 
 
-@pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.parametrize("name", [*POLICIES, "balloons"])
 def test_preserved_container_never_runs_on_cpus_others_took_all_of(name: str) -> None:
     """The property test's failing churn, reduced: with reserved CPUs the root (topology-aware)
     may give away its last shared CPU; a preserved container then runs on the reserved CPUs,
