@@ -268,29 +268,31 @@ class BalloonsPolicy(Policy):
         if not isinstance(saved_balloons, list):
             problems.append(f"saved balloons {saved_balloons!r}: unreadable: not a list")
             saved_balloons = []
+        entries: list[Admitted] = []
+        for i, data in enumerate(state.get("admitted", [])):
+            try:
+                entries.append(Admitted.from_dict(data))
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(f"saved entry {i}: unreadable: {exc}")
+        # Preserved containers before the balloons come back: each was admitted while some of
+        # kubelet's CPUs were outside the balloons; balloons grown over all of them since only
+        # move it (its placement's cut), as they do while the enforcer runs.
+        order = {e.request.key: i for i, e in enumerate(entries)}
+        for entry in entries:
+            if entry.kind == "preserved":
+                self._readmit_saved(entry, problems)
         for data in saved_balloons:
             try:
                 self._revive(data)
             except (KeyError, TypeError, ValueError) as exc:
                 problems.append(f"saved balloon {data!r}: unreadable: {exc}")
-        for i, data in enumerate(state.get("admitted", [])):
-            try:
-                entry = Admitted.from_dict(data)
-            except (KeyError, TypeError, ValueError) as exc:
-                problems.append(f"saved entry {i}: unreadable: {exc}")
-                continue
-            req = entry.request
-            try:
-                saved = self._snapshot()
-                try:
-                    self.admitted[req.key] = self._decide(
-                        req, keep=entry.exclusive or None, hint=entry.pool
-                    )
-                except PlacementError:
-                    self._restore_snapshot(saved, None)
-                    raise
-            except PlacementError as exc:
-                problems.append(f"{req.namespace}/{req.pod_name}/{req.container}: {exc}")
+        for entry in entries:
+            if entry.kind != "preserved":
+                self._readmit_saved(entry, problems)
+        # Keep the saved order, so that the next saved state reads like this one.
+        self.admitted = dict(
+            sorted(self.admitted.items(), key=lambda kv: order.get(kv[0], len(order)))
+        )
         for b in list(self.balloons[1:]):
             self._fit(b)
         try:
@@ -298,6 +300,19 @@ class BalloonsPolicy(Policy):
         except ConfigError as exc:  # the containers' balloons come first
             problems.extend(exc.problems)
         return problems
+
+    def _readmit_saved(self, entry: Admitted, problems: list[str]) -> None:
+        """Puts a saved container back (see `restore`); a refusal changes nothing and is
+        added to `problems`."""
+        req = entry.request
+        saved = self._snapshot()
+        try:
+            self.admitted[req.key] = self._decide(
+                req, keep=entry.exclusive or None, hint=entry.pool
+            )
+        except PlacementError as exc:
+            self._restore_snapshot(saved, None)
+            problems.append(f"{req.namespace}/{req.pod_name}/{req.container}: {exc}")
 
     # ----- deciding ------------------------------------------------------------------------
 

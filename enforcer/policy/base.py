@@ -249,8 +249,10 @@ class Policy(ABC):
             wanted = self.kubelet_cpus(request)
         except PlacementError:  # admitted before kubelet's values were checked
             wanted = self.available
-        # `allowed` is never empty while the container is admitted (the shared pool always
-        # keeps a CPU); kubelet's own CPUs are only the last resort of an empty cpuset.
+        # Each policy keeps `allowed` non-empty while the container is admitted (static: the
+        # shared pool keeps a CPU; topology-aware: the reserved CPUs once the root has no shared
+        # CPU left; balloons: the reserved CPUs), so kubelet's own CPUs, which may be others'
+        # exclusive CPUs, are only the last resort of an empty cpuset.
         return wanted & allowed or allowed or wanted
 
     def to_state(self) -> dict[str, Any]:

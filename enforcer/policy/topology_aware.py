@@ -6,7 +6,8 @@ Eligibility (first match wins):
 - `cpu.preserve`: the CPUs kubelet asked for, cut to the root's shared CPUs (plus the reserved
   CPUs for a container that may have them, see below); memory nodes left as kubelet set them.
   Refused when the cut leaves nothing; when others later take every CPU of the cut, it runs on
-  all the root's shared CPUs.
+  all the root's shared CPUs, and on the reserved CPUs while the root has none left (as the
+  root's BestEffort containers do), never on CPUs another container holds.
 - A pod in `reservedNamespaces`, or `prefer-reserved-cpus: "true"` (the annotation overrides the
   namespace either way): runs on the reserved CPUs. Without reserved CPUs, the rules below apply.
 - Guaranteed with an integer request: exclusive CPUs; a 1-CPU one takes an isolated CPU when it
@@ -269,12 +270,11 @@ class TopologyAwarePolicy(Policy):
             cpus = entry.exclusive
             placement = Placement(cpus, self._pinned(cpus), cpus, kind, entry.pool)
         else:
-            shared = self._shared(self._by_name[entry.pool].index)
-            if not shared and not entry.exclusive:
-                # Only the root can run out of shared CPUs, and only while nothing is granted
-                # on them (`_required`): its BestEffort containers fall back to the reserved CPUs.
-                shared = self.reserved
-            cpus = shared | entry.exclusive if entry.exclusive else shared
+            index = self._by_name[entry.pool].index
+            if entry.exclusive:
+                cpus = self._shared(index) | entry.exclusive
+            else:
+                cpus = self._shared_or_fallback(index)
             placement = Placement(cpus, self._pinned(cpus), entry.exclusive, kind, entry.pool)
         self._placement_cache[key] = placement
         return placement
@@ -394,10 +394,11 @@ class TopologyAwarePolicy(Policy):
         return reserved
 
     def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
-        # The root's shared CPUs (neither reserved, isolated nor exclusively held), and the
-        # reserved CPUs for a container that would run on them without `cpu.preserve`.
-        shared = self._shared(0)
+        # Where the root's containers with nothing granted run (its shared CPUs: neither
+        # reserved, isolated nor exclusively held; the reserved CPUs while it has none left),
+        # plus the reserved CPUs for a container that would run on them without `cpu.preserve`.
         reserved = self.reserved - kopts.strict_reserved(self.config, self.reserved, request)
+        shared = self._shared(0) or reserved
         return shared | reserved if self._wants_reserved(request) else shared
 
     # ----- deciding ------------------------------------------------------------------------
@@ -631,6 +632,13 @@ class TopologyAwarePolicy(Policy):
         if cached is None:
             cached = self._shared_cache[index] = self._pools[index].usable - self._taken
         return cached
+
+    def _shared_or_fallback(self, index: int) -> CPUSet:
+        """Where the pool's containers with no exclusive CPU run: its shared CPUs. Only the root
+        can run out of them, and only while nothing is granted on them (`_required`): its
+        containers with nothing granted (BestEffort, preserved) then run on the reserved CPUs,
+        never on CPUs another container holds."""
+        return self._shared(index) or self.reserved
 
     def _required(self, index: int, milli: int = 0, count: int = 0) -> int:
         """Shared CPUs the pool must keep for what is granted in it and below."""

@@ -169,8 +169,13 @@ def check_invariants(policy: Policy) -> None:
             # kubelet's CPUs cut to the root's shared CPUs (and reserved ones only for those
             # entitled to them); memory nodes left to kubelet.
             assert p.mems is None and not p.cpus & (topo.isolated - policy.reserved), key
+            root_shared = policy.pools()[0].shared
+            assert p.cpus <= root_shared | policy.reserved, key
             entitled = admitted.request.namespace == "kube-system"
-            assert entitled or not p.cpus & policy.reserved, key
+            if p.cpus & policy.reserved and not entitled:
+                # Only the root's fallback, as for its BestEffort containers: no shared CPU
+                # left at the root.
+                assert not root_shared and p.cpus == policy.reserved, key
             continue
         assert p.mems == topo.memory_nodes_of_cpus(p.cpus), key  # pinMemory is on
         if p.kind in ("shared", "mixed"):

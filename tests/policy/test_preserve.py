@@ -1,6 +1,7 @@
-"""`cpu.preserve` under the static and topology-aware policies: kubelet's CPUs cut to the CPUs
-the container may share, never CPUs exclusive to another container or reserved ones it is not
-entitled to; refused when nothing remains; the cut follows later exclusive allocations."""
+"""`cpu.preserve` under the static and topology-aware policies (and balloons where named):
+kubelet's CPUs cut to the CPUs the container may share, never CPUs exclusive to another
+container or reserved ones it is not entitled to; refused when nothing remains; the cut
+follows later exclusive allocations."""
 
 from __future__ import annotations
 
@@ -96,6 +97,41 @@ def test_refused_when_nothing_of_kubelets_cpuset_remains(name: str) -> None:
     with pytest.raises(PlacementError):
         policy.admit(req("keep", kubelet_cpus="3", preserve=True))
     assert policy.placements() == before
+
+
+@pytest.mark.parametrize("name", [*POLICIES, "balloons"])
+def test_preserved_container_never_runs_on_cpus_others_took_all_of(name: str) -> None:
+    """The property test's failing churn, reduced: with reserved CPUs the root (topology-aware)
+    may give away its last shared CPU; a preserved container then runs on the reserved CPUs,
+    as BestEffort containers do, and never on the CPUs another container holds."""
+    policy = make(name)
+    policy.admit(req("keep", preserve=True))  # kubelet asked for every CPU
+    policy.admit(req("narrow", kubelet_cpus="2-3", preserve=True))
+    taker = policy.admit(req("g", 3000))
+    assert taker.cpus == ALL - RESERVED  # every CPU but the reserved one
+    for key in ("uid-keep/c", "uid-narrow/c"):
+        now = policy.placement(key)
+        assert now.cpus == RESERVED and not now.cpus & taker.cpus, key
+    if name != "balloons":  # there it joins the default balloon
+        assert policy.admit(req("be")).cpus == RESERVED  # where a BestEffort one runs too
+    # The state restores to the same pinning; freed, kubelet's CPUs come back.
+    restored = make(name)
+    assert restored.restore(policy.to_state()) == []
+    assert restored.placements() == policy.placements()
+    policy.release("uid-g/c")
+    assert policy.placement("uid-narrow/c").cpus == CPUSet.of(2, 3)
+
+
+def test_topology_aware_strict_reservation_keeps_a_shared_cpu_for_preserved_containers() -> None:
+    """Under strictCPUReservation a tenant's preserved container may never run on the reserved
+    CPUs: the root keeps a shared CPU, and taking it is refused."""
+    policy = make("topology-aware", strictCPUReservation=True)
+    policy.admit(req("keep", preserve=True))
+    with pytest.raises(PlacementError):
+        policy.admit(req("g", 3000))
+    assert len(policy.admit(req("g", 2000)).exclusive) == 2
+    now = policy.placement("uid-keep/c")
+    assert now.cpus and not now.cpus & (RESERVED | policy.taken)
 
 
 # A kubelet cpuset that is not a CPU list is refused when decoded (tests/unit/test_decode.py).
