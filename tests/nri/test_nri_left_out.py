@@ -18,9 +18,9 @@ import pytest
 
 from enforcer.topology import CPUSet
 from tests.support.containerd17 import NriContainerd, containerd17_available
-from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.kubelet import KubeletEmulator
 from tests.support.manifests import kustomize
-from tests.support.nri_enforcer import NriEnforcerProcess
+from tests.support.nri_enforcer import NriEnforcerProcess, cpus_of, health, wait_for
 from tests.support.pods import guaranteed, manifest, sleeper
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
@@ -37,25 +37,6 @@ def ctrd(containerd17: NriContainerd) -> Iterator[NriContainerd]:
     assert containerd17_available() is None
     with NriContainerd() as own:
         yield own
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
-
-
-def wait_for(predicate, timeout: float = 30.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.1)
-
-
-def health(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
 
 
 def plugin_process(ctrd: NriContainerd, tmp_path: Path, name: str = "plugin") -> NriEnforcerProcess:

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +20,8 @@ from enforcer.handover import StateLock
 from enforcer.options import RunOptions
 from enforcer.topology import CPUSet
 from tests.support.containerd17 import NriContainerd, containerd17_available
-from tests.support.kubelet import KubeletEmulator, RunningPod
-from tests.support.nri_enforcer import NriEnforcerProcess
+from tests.support.kubelet import KubeletEmulator
+from tests.support.nri_enforcer import NriEnforcerProcess, cpus_of, health, wait_for
 from tests.support.pods import guaranteed, manifest, sleeper
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
@@ -98,25 +97,6 @@ def ctrd(containerd17: NriContainerd) -> Iterator[NriContainerd]:
     assert containerd17_available() is None
     with NriContainerd() as own:
         yield own
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
-
-
-def wait_for(predicate, timeout: float = 30.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.1)
-
-
-def health(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
 
 
 def test_a_second_plugin_waits_unregistered_and_pods_start_meanwhile(

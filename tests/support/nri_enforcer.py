@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+from enforcer.topology import CPUSet
 from tests.support.enforcer_process import EnforcerError, EnforcerProcess, console_script
+from tests.support.kubelet import RunningPod
 
 SYNCHRONIZED = "synchronizing with"
 
@@ -89,3 +93,30 @@ class NriEnforcerProcess(EnforcerProcess):
                 return
             time.sleep(0.05)
         raise EnforcerError(f"not synchronized by the runtime after {timeout}s:\n{self.log_tail()}")
+
+
+# -- checks shared by the NRI plugin's real-runtime modules ------------------------------------
+
+
+def cpus_of(pod: RunningPod) -> CPUSet:
+    """The cpuset of the pod's container "app", read from its real cgroup."""
+    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 30.0, why: Callable[[], str] = lambda: ""
+) -> None:
+    """Polls predicate until it holds; AssertionError with why() when it does not in time."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met in time\n{why()}")
+        time.sleep(0.1)
+
+
+def health(path: Path) -> str:
+    """The plugin's health word, or "" while there is no health file."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
