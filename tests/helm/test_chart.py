@@ -14,7 +14,6 @@ import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from enforcer.cli import parser
 from tests.support.helm import CHART, HelmError, helm, render, without_helm_labels
@@ -75,23 +74,6 @@ def test_every_object_is_valid_against_the_kubernetes_schema(mode: str) -> None:
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
-def _verify(ca: x509.Certificate, cert: x509.Certificate) -> None:
-    key = ca.public_key()
-    assert cert.signature_hash_algorithm is not None
-    if isinstance(key, rsa.RSAPublicKey):
-        key.verify(
-            cert.signature,
-            cert.tbs_certificate_bytes,
-            padding.PKCS1v15(),
-            cert.signature_hash_algorithm,
-        )
-    else:
-        assert isinstance(key, ec.EllipticCurvePublicKey)
-        key.verify(
-            cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm)
-        )
-
-
 def test_a_made_certificate_is_signed_by_the_ca_in_the_bundle_for_the_service() -> None:
     docs = by_key(render(namespace="kre-system"))
     secret = docs[("Secret", "resource-webhook-tls")]
@@ -101,7 +83,7 @@ def test_a_made_certificate_is_signed_by_the_ca_in_the_bundle_for_the_service() 
     assert base64.b64decode(secret["data"]["ca.crt"]) == bundle
     ca = x509.load_pem_x509_certificate(bundle)
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
-    _verify(ca, cert)
+    cert.verify_directly_issued_by(ca)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "resource-webhook.kre-system.svc" in names.get_values_for_type(x509.DNSName)
     assert hook["clientConfig"]["service"] == {
