@@ -103,3 +103,32 @@ def test_a_guaranteed_pod_gets_its_exclusive_cpu(charted: Cluster) -> None:
     assert CPUSet.parse(spec_cpus) == ALL - RESERVED
     (s,) = truth.containers_of(charted.kubectl, NS, "shared")
     assert CPUSet.parse(s.cpus) == RESERVED
+
+
+def test_an_upgrade_keeps_the_made_certificate(charted: Cluster) -> None:
+    def tls() -> tuple[dict[str, str], str, int]:
+        secret = charted.kubectl.json("-n", w.ENFORCER_NS, "get", "secret", "resource-webhook-tls")
+        hook = charted.kubectl.json("get", "mutatingwebhookconfiguration", "resource-enforcer")
+        first = hook["webhooks"][0]
+        return secret["data"], first["clientConfig"]["caBundle"], first["timeoutSeconds"]
+
+    data, bundle, _ = tls()
+    helm_on(
+        charted,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        f"--namespace={w.ENFORCER_NS}",
+        "--reuse-values",
+        "--set=webhook.timeoutSeconds=6",
+        "--wait",
+        "--timeout=5m",
+    )
+    after, bundle_after, timeout = tls()
+    assert timeout == 6  # the upgrade did apply
+    assert after == data and bundle_after == bundle
+    # ... and the API server still trusts the webhook: a new pod is admitted and annotated.
+    p = w.pod("after-upgrade", NS, w.container("app", w.burstable()))
+    charted.kubectl.apply(w.dump(p))
+    stored = w.wait_pod_running(charted.kubectl, NS, "after-upgrade")
+    assert "resource-enforcer.dev/resources" in stored["metadata"]["annotations"]
