@@ -105,6 +105,15 @@ def delete_pods(kubectl: Kubectl) -> None:
     kubectl.run("-n", NS, "delete", "pods", "--all", "--wait=true", timeout=600)
 
 
+def wait_default_service_account(kubectl: Kubectl, timeout: float = 120) -> None:
+    """The controller manager makes it shortly after the namespace; pods need it."""
+    deadline = time.monotonic() + timeout
+    while kubectl.run("-n", NS, "get", "serviceaccount", "default", check=False).returncode:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no default service account in {NS} after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 def admission(kubectl: Kubectl) -> Histogram:
     text = kubectl.run("get", "--raw=/metrics", timeout=60).stdout
     return histogram(text, ADMISSION, {"name": WEBHOOK, "type": "admit", "operation": "CREATE"})
@@ -153,6 +162,7 @@ def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         if mode != "none":
             w.configure(kubectl)
         kubectl.apply(w.dump(w.namespace(NS)))
+        wait_default_service_account(kubectl)
         watch = PodWatch(kubectl)
         try:
             one_at_a_time(kubectl, watch, args.warmup, "warm")
