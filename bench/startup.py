@@ -192,13 +192,17 @@ def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def figures(run: dict[str, Any]) -> dict[str, float]:
     single, burst = run["one_at_a_time"], run["burst"]
+    after_apply = [r - a for r, a in zip(single["ready"], single["applied"], strict=True)]
     return {
         "one at a time, p50": percentile(single["ready"], 0.5),
         "one at a time, p99": percentile(single["ready"], 0.99),
         "burst, p50": percentile(burst["ready"], 0.5),
         "burst, p99": percentile(burst["ready"], 0.99),
         "  apply returned, p50": percentile(single["applied"], 0.5),
+        "  apply returned, p99": percentile(single["applied"], 0.99),
         "  scheduled seen, p50": percentile(single["scheduled"], 0.5),
+        "  then to Ready, p50": percentile(after_apply, 0.5),
+        "  then to Ready, p99": percentile(after_apply, 0.99),
         "webhook (API server), p50": run["webhook"]["p50"],
         "webhook (API server), p99": run["webhook"]["p99"],
         "webhook (API server), mean": run["webhook"]["mean"],
