@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean \
-	cluster-build cluster-up cluster-down cluster-demo
+	cluster-build cluster-up cluster-down cluster-demo helm-build
 
 system-deps:
 	./.ci/system-deps.sh
@@ -29,7 +29,9 @@ lint: install
 
 # The cluster's builds come first, so their time shows apart; a failed build is reported here
 # and again, as a failure, by the cluster tests (tests/realcluster/), which never skip.
-test: system-deps install lint
+# helm (tests/helm/, the chart's install on the cluster) is built from its pinned Go module once,
+# then cached: a failed build fails `make test` here.
+test: system-deps install lint helm-build
 	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2
 	$(BIN)/pytest -q
 
@@ -65,6 +67,9 @@ clean:
 # once and cached by version (tests/beds/cluster/build.sh), our images deployed with deploy/.
 MODE    ?= nri
 RUNTIME ?= containerd
+
+helm-build:
+	./tests/beds/helm.sh >/dev/null
 
 cluster-build: system-deps
 	./tests/beds/cluster/build.sh

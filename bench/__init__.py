@@ -28,6 +28,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.critest",
         "critest -benchmark through the relay vs direct, same containerd: p50/p99 per operation",
     ),
+    "startup": (
+        "bench.startup",
+        "pod start-up (apply to Ready) on the real cluster: no enforcer, relay, NRI; webhook",
+    ),
     "policy": (
         "bench.policy",
         "static and topology-aware decisions, 144 CPUs/500 and 768 CPUs/2000 containers; plan",

@@ -136,3 +136,24 @@ def test_kubelet_configuration_uses_only_fields_of_the_pinned_kubelet(tmp_path: 
     fields = set(re.findall(r'json:"([A-Za-z0-9]+)[,"]', body)) | {"apiVersion", "kind"}
     ours = yaml.safe_load(configs.kubelet_config(Layout(tmp_path), "unix:///x.sock"))
     assert set(ours) - fields == set()
+
+
+@pytest.mark.parametrize("mode", ["relay", "nri"])
+def test_the_chart_with_the_bed_values_matches_the_overlay(mode: str, tmp_path: Path) -> None:
+    """test_helm_install.py installs the chart with deploy.helm_values: the enforcer gets the
+    same command line, mounts and volumes as the kustomize overlay gives it."""
+    from tests.support.helm import render
+
+    lay = Layout(tmp_path)
+    ops = {
+        op["path"].rsplit("/", 1)[-1]: op["value"]
+        for op in deploy.enforcer_patch(rendered_daemonset(mode), lay)
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(deploy.helm_values(lay, mode)))
+    ds = next(d for d in render(values_file=values) if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["containers"][0]["args"] == ops["args"]
+    assert spec["containers"][0]["volumeMounts"] == ops["volumeMounts"]
+    assert spec["volumes"] == ops["volumes"]
+    assert spec["containers"][0]["image"] == deploy.IMAGES["enforcer"]

@@ -28,6 +28,7 @@ from tests.support.cluster.layout import (
     API_SERVICE_IP,
     APISERVER_PORT,
     MODES,
+    NO_ENFORCER,
     NODE_NAME,
     PAUSE_IMAGE,
     REPO,
@@ -68,8 +69,12 @@ def build() -> dict[str, Path]:
 class Cluster:
     """One single-node cluster in ``root`` (default ``.cluster/``)."""
 
-    def __init__(self, mode: str = "nri", root: Path | None = None) -> None:
-        if mode not in MODES:
+    def __init__(
+        self, mode: str = "nri", root: Path | None = None, *, baseline: bool = False
+    ) -> None:
+        """``baseline``: the bench's node without the webhook and the enforcer (mode
+        ``none``: kubelet talks to containerd, no admission webhook)."""
+        if not (mode in MODES or (baseline and mode == NO_ENFORCER)):
             raise ValueError(f"MODE must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
         self.lay = Layout((root or default_folder()).resolve())
@@ -97,7 +102,7 @@ class Cluster:
         """The cluster that `up()` left running in ``root``."""
         lay = Layout((root or default_folder()).resolve())
         rec: dict[str, Any] = json.loads((lay.run / "cluster.json").read_text())
-        c = cls(rec["mode"], lay.root)
+        c = cls(rec["mode"], lay.root, baseline=rec["mode"] == NO_ENFORCER)
         c.node_ip = rec["node_ip"]
         c.bins = {k: Path(v) for k, v in rec["bins"].items()}
         return c
@@ -156,7 +161,7 @@ class Cluster:
         self._start_containerd()
         self._step("containerd", t)
         t = time.monotonic()
-        images = deploy.build_images()
+        images = deploy.build_images() if self.mode != NO_ENFORCER else {}
         deploy.build_pause_image(self.bins["pause"])
         deploy.import_images(
             lay, self.bins["containerd"] / "ctr", [PAUSE_IMAGE, *images.values()], self.snapshotter
@@ -187,6 +192,8 @@ class Cluster:
         self.wait_node_ready(240)
         self._step("kubelet and node Ready", t)
 
+        if self.mode == NO_ENFORCER:
+            return
         t = time.monotonic()
         deploy.deploy(
             lay, self.kubectl, self.mode, Path(sys.executable).parent / "resource-webhook"

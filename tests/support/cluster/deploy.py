@@ -197,3 +197,30 @@ def deploy(lay: Layout, kubectl: Kubectl, mode: str, webhook_cli: Path) -> None:
         "-p",
         json.dumps(patch),
     )
+
+
+def undeploy(lay: Layout, kubectl: Kubectl) -> None:
+    """Remove what deploy() applied (the overlay's objects; the Secret goes with the namespace)."""
+    overlay = lay.deploy / "overlay"
+    kubectl.run("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true", timeout=300)
+
+
+def helm_values(lay: Layout, mode: str) -> dict[str, Any]:
+    """Values of the Helm chart for this bed: what the overlay sets, as values (the images'
+    local names, the private containerd's node paths)."""
+    images_values = {
+        name: {"repository": ref.rsplit(":", 1)[0], "tag": ref.rsplit(":", 1)[1]}
+        for name, ref in IMAGES.items()
+    }
+    return {
+        "mode": mode,
+        "images": images_values,
+        "enforcer": {
+            "paths": {
+                "runtimeSocket": str(lay.containerd_socket),
+                "relaySocket": str(lay.relay_socket),
+                "nriSocket": str(lay.nri_socket),
+                "stateDir": str(lay.enforcer_state),
+            }
+        },
+    }

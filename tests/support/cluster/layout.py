@@ -27,6 +27,9 @@ CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"
 PAUSE_IMAGE = "registry.k8s.io/pause:kre-local"
 MODES = ("nri", "relay")
+# The start-up bench (`python -m bench startup`) also runs the node with neither program: its
+# baseline. Not a MODE of `make cluster-up` (CONTRACT.md) nor of the tests.
+NO_ENFORCER = "none"
 # kubelet's cgroupRoot: the pods' cgroups are CGROUP_ROOT/kubepods/..., apart from the
 # top-level kubepods that the kubelet emulator's tests use, so neither touches the other's.
 CGROUP_ROOT = "kre-cluster"
