@@ -66,6 +66,7 @@ def class_settings(config: Config) -> ClassSettings:
         balloon_access=config.balloon_access(),
         cpu_classes=set(config.cpuClasses),
         cpu_class_access=config.cpu_class_access(),
+        tasks=config.task_classes(),
     )
 
 
