@@ -8,6 +8,7 @@ from typing import Any
 
 from enforcer.controllers.base import Controller, Difference, Findings, Outcome, Target
 from enforcer.decode import ContainerRequest
+from enforcer.topology import CPUSet
 from resource_contract.config import Config
 
 
@@ -56,6 +57,14 @@ class Controllers:
 
     def stop(self, target: Target) -> list[Outcome]:
         return [controller.stop(target) for controller in self._all]
+
+    def exclusive(self, cpus: CPUSet) -> None:
+        """The CPUs containers hold exclusively now, to the controllers that follow them (IRQ
+        isolation), before each `remember` / `cpus` round."""
+        for controller in self._all:
+            follow = getattr(controller, "exclusive", None)
+            if callable(follow):
+                follow(cpus)
 
     def remember(self, classes: Mapping[int, str]) -> bool:
         changed = [controller.remember(classes) for controller in self._all]
