@@ -9,7 +9,7 @@ from typing import Any
 from enforcer.controllers.base import Controller, Difference, Findings, Outcome, Target
 from enforcer.decode import ContainerRequest
 from enforcer.topology import CPUSet
-from resource_contract.config import Config
+from resource_contract.config import Config, ConfigError
 
 
 class Controllers:
@@ -34,8 +34,14 @@ class Controllers:
     def configure(self, config: Config) -> list[str]:
         """Every controller's section validated first, then kept and written; ConfigError
         before anything is written when one is refused."""
+        problems: list[str] = []
         for controller in self._all:
-            controller.validate(config)
+            try:
+                controller.validate(config)
+            except ConfigError as exc:  # every controller's problems, not the first one's
+                problems += [p for p in exc.problems if p not in problems]
+        if problems:
+            raise ConfigError(problems)
         warnings: list[str] = []
         for controller in self._all:
             warnings += controller.configure(config)
