@@ -1,7 +1,7 @@
 """Device interrupts' CPU affinity in procfs: read, narrowed to leave some CPUs alone, put back.
 
 `/proc/irq/N/smp_affinity_list` (a CPU list, "0-3,8") for each interrupt, and
-`/proc/irq/default_smp_affinity` (a hexadecimal mask in 32-bit groups, "ff" or "0000ffff,ffffffff")
+`/proc/irq/default_smp_affinity` (a hexadecimal mask in 32-bit groups, "3" or "ff,ffffffff")
 for interrupts registered later. The procfs root is a parameter, so a test runs the same code on a
 fake tree. The kernel refuses some writes (managed interrupts, per-CPU ones: EIO or EINVAL): such
 an interrupt is left as it is and reported, never an error of the whole.
@@ -25,11 +25,13 @@ def mask_to_cpus(text: str) -> CPUSet:
 
 
 def cpus_to_mask(cpus: CPUSet, width: int) -> str:
-    """The CPUs as the kernel prints a mask of `width` bits: 32-bit hex groups, comma-separated."""
+    """The CPUs as the kernel prints a mask of `width` bits (%*pb): as many hex digits as the
+    width needs, in comma-separated groups of 8 from the right ("3", "ff,ffffffff")."""
     value = sum(1 << c for c in cpus)
-    groups = max(1, (max(width, value.bit_length()) + 31) // 32)
-    words = [f"{value >> (32 * i) & 0xFFFFFFFF:08x}" for i in reversed(range(groups))]
-    return ",".join(words)
+    digits = max(1, (max(width, value.bit_length()) + 3) // 4)
+    text = f"{value:0{digits}x}"
+    groups = [text[max(0, i - 8) : i] for i in range(len(text), 0, -8)]
+    return ",".join(reversed(groups))
 
 
 @dataclass
