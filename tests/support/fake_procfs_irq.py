@@ -1,4 +1,4 @@
-"""A procfs `irq` folder laid out as the kernel shows it (Documentation/core-api/irq/irq-affinity.rst):
+"""A procfs `irq` folder laid out as the kernel shows it (core-api/irq/irq-affinity.rst):
 `/proc/irq/default_smp_affinity` (a hexadecimal mask in 32-bit groups) and, per interrupt,
 `smp_affinity` (mask), `smp_affinity_list` (CPU list), `effective_affinity(_list)`, `node`,
 `spurious` and `affinity_hint`, plus the handler's folder (its device name)."""
