@@ -27,6 +27,7 @@ from enforcer.state import StateStore
 from resource_contract.config import Config
 from tests.engine.test_cpu_classes_engine import create_of
 from tests.engine.test_engine_core import MACHINE, Clock, StandInRuntime
+from tests.support.sched_truth import ionice_of, nice_of, policy_of, rt_priority_of
 
 KEY = "schedulingclass.resource-enforcer.dev"
 CONFIG = parse_config(
@@ -71,26 +72,6 @@ def spawn(procs: list[subprocess.Popen[bytes]]) -> list[int]:
     procs.append(p)
     assert p.stdout is not None and p.stdout.readline() == b"up\n"
     return sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task"))
-
-
-def policy_of(tid: int) -> str:
-    out = subprocess.run(["chrt", "-p", str(tid)], capture_output=True, text=True, check=True)
-    return out.stdout.splitlines()[0].rsplit(" ", 1)[-1]  # SCHED_OTHER, SCHED_IDLE, ...
-
-
-def rt_priority_of(tid: int) -> int:
-    out = subprocess.run(["chrt", "-p", str(tid)], capture_output=True, text=True, check=True)
-    return int(out.stdout.splitlines()[1].rsplit(" ", 1)[-1])
-
-
-def ionice_of(tid: int) -> str:
-    out = subprocess.run(["ionice", "-p", str(tid)], capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
-def nice_of(tid: int) -> int:
-    fields = Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[16])  # field 19, counted after the command's closing parenthesis
 
 
 def start(tmp_path: Path, config: Config = CONFIG) -> Enforcer:
