@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -66,7 +67,7 @@ class Policy:
     cpu_classes: frozenset[str] | None = None
     cpu_class_access: CpuClassAccess | None = None
     # Scheduling and memory classes; no --config: any well-formed name goes.
-    tasks: TaskClassSettings = TaskClassSettings()
+    tasks: TaskClassSettings = dataclass_field(default_factory=TaskClassSettings)
 
     @classmethod
     def from_config(cls, config: Config | None) -> Policy:
