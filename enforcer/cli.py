@@ -169,6 +169,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--sysfs-root", default=None, metavar="DIR")
     p.add_argument("--resctrl-root", default=None, metavar="DIR")
+    p.add_argument("--cgroupfs-root", default=None, metavar="DIR")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -250,7 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return plan_command(args.config, args.sysfs_root, args.pods, args.format)
     from enforcer.commands.check_config import check_config
 
-    return check_config(args.file, sysfs_root=args.sysfs_root, resctrl_root=args.resctrl_root)
+    return check_config(
+        args.file,
+        sysfs_root=args.sysfs_root,
+        resctrl_root=args.resctrl_root,
+        cgroupfs_root=args.cgroupfs_root,
+    )
 
 
 if __name__ == "__main__":

@@ -38,6 +38,15 @@ from resource_contract.cpu_options import kubelet_option_problems
 from resource_contract.cpusets import cpuset_problem
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
+from resource_contract.task_classes import (
+    IrqIsolationConfig,
+    MemoryClass,
+    SchedulingClass,
+    TaskClassAccess,
+    TaskClassKind,
+    TaskClassSettings,
+    task_class_problems,
+)
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 # The root resctrl group's name in goresctrl's configuration.
@@ -104,6 +113,8 @@ class BalloonType(_Strict):
     shareIdleCPUsInSame: ShareLevel | None = None
     cpuClass: str | None = None
     pinMemory: bool | None = None  # None: policy.pinMemory
+    schedulingClass: str | None = None  # schedulingClasses, for its containers
+    memoryClass: str | None = None  # memoryClasses, for its containers
 
     @field_validator("name")
     @classmethod
@@ -339,6 +350,9 @@ class ClassAccessConfig(_Strict):
     balloon: dict[str, list[str]] = Field(default_factory=dict)
     # CPU classes asked for by annotation for exclusive CPUs (unlisted: all).
     cpu: dict[str, list[str]] = Field(default_factory=dict)
+    # scheduling and memory classes (unlisted: all; a real-time class must be listed).
+    scheduling: dict[str, list[str]] = Field(default_factory=dict)
+    memory: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class PreferenceAccessConfig(BaseModel):
@@ -416,6 +430,25 @@ class Config(_Strict):
         default_factory=NodeResourceTopologyConfig
     )
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    schedulingClasses: dict[str, SchedulingClass] = Field(default_factory=dict)
+    memoryClasses: dict[str, MemoryClass] = Field(default_factory=dict)
+    irqIsolation: IrqIsolationConfig = Field(default_factory=IrqIsolationConfig)
+
+    @field_validator("schedulingClasses", "memoryClasses")
+    @classmethod
+    def _task_class_names(cls, classes: dict[str, Any]) -> dict[str, Any]:
+        return _safe_names(classes, "class name")
+
+    def task_classes(self) -> TaskClassSettings:
+        """The scheduling and memory classes, and which namespaces may use each."""
+        access = self.classAccess
+        rules: dict[TaskClassKind, dict[str, tuple[str, ...]]] = {
+            "scheduling": {k: tuple(v) for k, v in access.scheduling.items()},
+            "memory": {k: tuple(v) for k, v in access.memory.items()},
+        }
+        return TaskClassSettings(
+            set(self.schedulingClasses), set(self.memoryClasses), TaskClassAccess(rules)
+        )
 
     def configured_classes(self, kind: ClassKind) -> set[str]:
         """Class names a pod may ask for (the root group is never asked for by name)."""
@@ -496,6 +529,12 @@ def parse_config(data: Any, checks: Iterable[ConfigCheck] = ()) -> Config:
     problems = [problem for check in checks for problem in check(config)]
     problems += _balloon_problems(config)
     problems += kubelet_option_problems(config.policy, config.nodeResourceTopology)
+    problems += task_class_problems(
+        config.schedulingClasses,
+        config.memoryClasses,
+        {"scheduling": config.classAccess.scheduling, "memory": config.classAccess.memory},
+        [(i, b.schedulingClass, b.memoryClass) for i, b in enumerate(config.policy.balloonTypes)],
+    )
     for kind in ("rdt", "blockio"):
         configured = config.configured_classes(kind)
         for name in getattr(config.classAccess, kind):

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -45,6 +46,7 @@ from resource_contract.preferences import (
 )
 from resource_contract.qos import QoSClass, qos_of_containers
 from resource_contract.quantities import parse_quantity
+from resource_contract.task_classes import TaskClassSettings, validate_task_class_annotations
 
 Pairs = tuple[tuple[str, Any], ...]
 
@@ -64,6 +66,8 @@ class Policy:
     # None: no --config: any well-formed CPU class name goes.
     cpu_classes: frozenset[str] | None = None
     cpu_class_access: CpuClassAccess | None = None
+    # Scheduling and memory classes; no --config: any well-formed name goes.
+    tasks: TaskClassSettings = dataclass_field(default_factory=TaskClassSettings)
 
     @classmethod
     def from_config(cls, config: Config | None) -> Policy:
@@ -78,6 +82,7 @@ class Policy:
             balloon_access=config.balloon_access() if balloons else None,
             cpu_classes=frozenset(config.cpuClasses),
             cpu_class_access=config.cpu_class_access(),
+            tasks=config.task_classes(),
         )
 
 
@@ -124,7 +129,8 @@ def is_request_key(key: str) -> bool:
 
     Every class key holds `rdt` or `blockio` (rdtclass.*, rdt.resources.beta..., blockioclass.*,
     blockio.resources.beta...), every preference key `prefer-` or `cpu.preserve`, every
-    balloon key `balloon`, every CPU-class key `cpuclass` and every affinity key `affinity`;
+    balloon key `balloon`, every CPU-class key `cpuclass`, every affinity key `affinity` and every
+    scheduling- and memory-class key `class.`;
     the shared validators look only at such keys, so handing them this subset changes nothing,
     and a pod with twenty unrelated annotations costs no more than one without.
     """
@@ -136,6 +142,7 @@ def is_request_key(key: str) -> bool:
         or "balloon" in key
         or "cpuclass" in key
         or "affinity" in key
+        or "class." in key  # schedulingclass. and memoryclass.
     )
 
 
@@ -347,6 +354,12 @@ def check_annotations(
                 classes=policy.cpu_classes,
                 access=policy.cpu_class_access,
             )
+    except ClassRequestError as exc:
+        raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
+    try:
+        validate_task_class_annotations(annotations)
+        for name in names:
+            policy.tasks.resolve(annotations, name, namespace)
     except ClassRequestError as exc:
         raise Denial(403 if exc.permission_denied else 400, exc.reason, str(exc)) from None
     try:

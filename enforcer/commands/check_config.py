@@ -23,7 +23,13 @@ from enforcer.controllers.registry import node_controllers
 from resource_contract.config import Config, ConfigError, read_config_data
 
 
-def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None) -> int:
+def check_config(
+    path: str,
+    *,
+    sysfs_root: str | None,
+    resctrl_root: str | None,
+    cgroupfs_root: str | None = None,
+) -> int:
     problems: list[str] = []
     warnings: list[str] = []
     notes: list[str] = []
@@ -42,7 +48,11 @@ def check_config(path: str, *, sysfs_root: str | None, resctrl_root: str | None)
             warnings.append(_empty_file_warning(path, config))
     if config is not None:
         hardware, warned, notes = _hardware_checks(
-            config, left_out, sysfs_root=sysfs_root, resctrl_root=resctrl_root
+            config,
+            left_out,
+            sysfs_root=sysfs_root,
+            resctrl_root=resctrl_root,
+            cgroupfs_root=cgroupfs_root,
         )
         problems += [p for p in hardware if p not in problems]
         warnings += warned
@@ -103,11 +113,19 @@ def _valid_part(data: Any) -> tuple[Config | None, set[str], list[str]]:
 
 
 def _hardware_checks(
-    config: Config, left_out: set[str], *, sysfs_root: str | None, resctrl_root: str | None
+    config: Config,
+    left_out: set[str],
+    *,
+    sysfs_root: str | None,
+    resctrl_root: str | None,
+    cgroupfs_root: str | None = None,
 ) -> tuple[list[str], list[str], list[str]]:
     """(problems, warnings, notes on what was skipped and why): each controller checks its own
     section against the hardware it was given."""
-    controllers = node_controllers(Roots(cgroupfs=None, sysfs=sysfs_root, resctrl=resctrl_root))
+    # The cgroup version is read from --cgroupfs-root, else /sys/fs/cgroup: memory classes
+    # and CPU burst are refused on cgroup v1 wherever they are read.
+    roots = Roots(cgroupfs=cgroupfs_root, sysfs=sysfs_root, resctrl=resctrl_root)
+    controllers = node_controllers(roots)
     found = controllers.check(config, left_out=frozenset(left_out))
     return found.problems, found.warnings, found.notes
 

@@ -78,6 +78,7 @@ class Roots:
     cgroupfs: str | None = "/sys/fs/cgroup"
     sysfs: str | None = "/sys"
     resctrl: str | None = "/sys/fs/resctrl"
+    procfs: str | None = "/proc"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Target:
     request: ContainerRequest
     cpus: str
     mems: str
+    balloon: str | None = None  # the balloons policy's instance, TYPE[N]
 
 
 class Result(Enum):

@@ -8,7 +8,8 @@ from typing import Any
 
 from enforcer.controllers.base import Controller, Difference, Findings, Outcome, Target
 from enforcer.decode import ContainerRequest
-from resource_contract.config import Config
+from enforcer.topology import CPUSet
+from resource_contract.config import Config, ConfigError
 
 
 class Controllers:
@@ -33,8 +34,14 @@ class Controllers:
     def configure(self, config: Config) -> list[str]:
         """Every controller's section validated first, then kept and written; ConfigError
         before anything is written when one is refused."""
+        problems: list[str] = []
         for controller in self._all:
-            controller.validate(config)
+            try:
+                controller.validate(config)
+            except ConfigError as exc:  # every controller's problems, not the first one's
+                problems += [p for p in exc.problems if p not in problems]
+        if problems:
+            raise ConfigError(problems)
         warnings: list[str] = []
         for controller in self._all:
             warnings += controller.configure(config)
@@ -56,6 +63,14 @@ class Controllers:
 
     def stop(self, target: Target) -> list[Outcome]:
         return [controller.stop(target) for controller in self._all]
+
+    def exclusive(self, cpus: CPUSet) -> None:
+        """The CPUs containers hold exclusively now, to the controllers that follow them (IRQ
+        isolation), before each `remember` / `cpus` round."""
+        for controller in self._all:
+            follow = getattr(controller, "exclusive", None)
+            if callable(follow):
+                follow(cpus)
 
     def remember(self, classes: Mapping[int, str]) -> bool:
         changed = [controller.remember(classes) for controller in self._all]

@@ -1,5 +1,5 @@
 """Every controller the enforcer has, registered in one place, in the order the engine calls
-them: cpuset, RDT, block I/O, CPU classes."""
+them: cpuset, RDT, block I/O, CPU classes, scheduling classes, memory classes, IRQ isolation."""
 
 from __future__ import annotations
 
@@ -8,11 +8,22 @@ from enforcer.controllers.blockio_classes import BlockIOClasses
 from enforcer.controllers.cpu_classes import CpuClasses
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers
+from enforcer.controllers.irq_isolation import IrqIsolation
+from enforcer.controllers.memory_classes import MemoryClasses
 from enforcer.controllers.rdt.lifecycle import RdtClasses
+from enforcer.controllers.scheduling_classes import SchedulingClasses
 from enforcer.topology import Topology
 from resource_contract.config import ConfigCheck
 
-CONTROLLER_TYPES = (CpusetController, RdtClasses, BlockIOClasses, CpuClasses)
+CONTROLLER_TYPES = (
+    CpusetController,
+    RdtClasses,
+    BlockIOClasses,
+    CpuClasses,
+    SchedulingClasses,
+    MemoryClasses,
+    IrqIsolation,
+)
 
 # Each controller's syntax check of its own section, in the order their problems are reported
 # (run by `enforcer.configuration.parse_config`).
@@ -28,5 +39,8 @@ def node_controllers(roots: Roots, topology: Topology | None = None) -> Controll
             RdtClasses.for_node(roots),
             BlockIOClasses.for_node(roots),
             CpuClasses.for_node(roots, topology),
+            SchedulingClasses.for_node(roots),
+            MemoryClasses.for_node(roots),
+            IrqIsolation.for_node(roots, topology),
         ]
     )

@@ -55,6 +55,7 @@ from resource_contract.preferences import (
 from resource_contract.qos import QoSClass, qos_from_cgroup_parent
 from resource_contract.quantities import int_value, milli_value
 from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
+from resource_contract.task_classes import TaskClassSettings, validate_task_class_annotations
 
 DEFAULT_PERIOD = QUOTA_PERIOD
 
@@ -134,6 +135,9 @@ class ContainerRequest:
     # CPU request (enforcer.decode.pod_level).
     pod_level: bool = False
     pod_share_milli: int = field(default=0, metadata=COUNT)
+    # The scheduling and memory classes its annotations ask for (a balloon type's otherwise).
+    scheduling_class: str | None = None
+    memory_class: str | None = None
 
     @property
     def key(self) -> str:
@@ -179,6 +183,7 @@ class ClassSettings:
     # CPU classes (`cpuClasses`) a pod may ask for; None: unknown, any well-formed name.
     cpu_classes: Collection[str] | None = None
     cpu_class_access: CpuClassAccess = field(default_factory=CpuClassAccess)
+    tasks: TaskClassSettings = field(default_factory=TaskClassSettings)  # scheduling, memory
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
@@ -367,6 +372,7 @@ def decode_container(
         validate_class_annotations(annotations)
         validate_balloon_annotations(annotations)
         validate_cpu_class_annotations(annotations)
+        validate_task_class_annotations(annotations)
         validate_preference_annotations(annotations)
     except (ClassRequestError, PreferenceError) as exc:
         raise DecodeError(Reason.BAD_REQUEST, f"pod {pod}: {exc}") from None
@@ -445,6 +451,7 @@ def decode_container(
             classes=classes.cpu_classes,
             access=classes.cpu_class_access,
         )
+        sched, memory = classes.tasks.resolve(annotations, name, create.namespace)
     except ClassRequestError as exc:
         reason = Reason.FORBIDDEN if exc.permission_denied else Reason.BAD_REQUEST
         raise DecodeError(reason, f"pod {pod}: {exc}") from None
@@ -481,5 +488,7 @@ def decode_container(
         labels=tuple(sorted(create.labels.items())) if affinity or create.labels else (),
         pod_level=by_pod is not None,
         pod_share_milli=by_pod.share_milli if by_pod else 0,
+        scheduling_class=sched,
+        memory_class=memory,
         **numbers,
     )

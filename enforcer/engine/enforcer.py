@@ -66,6 +66,7 @@ def class_settings(config: Config) -> ClassSettings:
         balloon_access=config.balloon_access(),
         cpu_classes=set(config.cpuClasses),
         cpu_class_access=config.cpu_class_access(),
+        tasks=config.task_classes(),
     )
 
 
@@ -577,6 +578,7 @@ class Enforcer:
         if self.controllers is None:
             return
         classes = self.policy.cpu_classes()
+        self.controllers.exclusive(self.policy.taken)
         if self.controllers.remember(classes) or self._originals_unsaved:
             try:
                 self.persist()
@@ -675,12 +677,14 @@ class Enforcer:
         if entry.container_id is None or entry.key not in self.registry:
             return None
         wanted = self._wanted(entry.key)
+        placement = self.registry.placement(entry.key)
         return Target(
             entry.container_id,
             entry.cgroup_parent,
             self.registry.request(entry.key),
             wanted.cpus,
             wanted.mems,
+            placement.pool if placement.kind in ("balloon", "reserved") else None,
         )
 
     def _record(self, outcomes: Iterable[Outcome], container_id: str) -> None:

@@ -1,11 +1,13 @@
-"""RDT and block-I/O classes end to end: the enforcer (console script) in front of the real
-containerd, resctrl faked in a folder laid out as the kernel's (this machine has no RDT), block
-I/O on this machine's real disk and real cgroup v1 blkio files."""
+"""RDT, block-I/O and scheduling classes end to end: the enforcer (console script) in front of
+the real containerd, resctrl faked in a folder laid out as the kernel's (this machine has no
+RDT), block I/O on this machine's real disk and real cgroup v1 blkio files, scheduling classes
+read back from the container's real processes with chrt, ionice and procfs."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from tests.support.enforcer_process import EnforcerProcess
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.pods import manifest, sleeper
+from tests.support.sched_truth import ionice_of, nice_of, policy_of
 
 pytestmark = pytest.mark.containerd
 
@@ -51,8 +54,13 @@ blockio:
       - Devices: ["{DISK}"]
         ThrottleReadBps: {read_bps}
         ThrottleWriteIOPS: 300
+schedulingClasses:
+  background: {{policy: idle, nice: 10, ioClass: idle}}
+  realtime: {{policy: fifo, priority: 10}}
 classAccess:
   rdt: {{gold: ["e2e", "prod-*"]}}
+  scheduling: {{realtime: ["rt-*"]}}
+verify: {{periodSeconds: 1}}
 """
 
 
@@ -161,9 +169,52 @@ def test_changed_class_definitions_reach_running_containers(
             time.sleep(0.1)
 
 
+def _scheduled(pod: RunningPod) -> set[int]:
+    """The container's threads once all of them are in the background class."""
+    found = tids(pod)
+    for tid in found:
+        try:
+            if (policy_of(tid), nice_of(tid), ionice_of(tid)) != ("SCHED_IDLE", 10, "idle"):
+                return set()
+        except (OSError, subprocess.CalledProcessError):
+            return set()  # a thread that exited meanwhile: read again
+    return found
+
+
+def test_scheduling_class_on_every_task_and_on_tasks_started_later(
+    setup, kubelet: KubeletEmulator
+) -> None:
+    proc = setup[0]
+    pod = kubelet.run_pod(
+        classy("quiet", **{"schedulingclass.resource-enforcer.dev/container.app": "background"})
+    )
+    deadline = time.monotonic() + 30
+    while not (first := _scheduled(pod)):
+        assert time.monotonic() < deadline, proc.log_tail()
+        time.sleep(0.1)
+    # A process an exec starts later does not inherit the class; the sweep gives it.
+    kubelet.exec_sync(pod.container_id("app"), ["sh", "-c", "sleep 600 >/dev/null 2>&1 &"])
+    deadline = time.monotonic() + 30
+    while len(_scheduled(pod) - first) < 1:
+        assert time.monotonic() < deadline, proc.log_tail()
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize(
     ("namespace", "annotations", "code", "needle"),
     [
+        (
+            "e2e",
+            {"schedulingclass.resource-enforcer.dev/pod": "realtime"},
+            grpc.StatusCode.PERMISSION_DENIED,
+            'namespace "e2e" may not use scheduling class "realtime"',
+        ),
+        (
+            "e2e",
+            {"schedulingclass.resource-enforcer.dev/container.app": "turbo"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            '"turbo" is not configured',
+        ),
         (  # once INTERNAL (relay) or UNKNOWN (NRI): RecursionError in the YAML parser
             "e2e",
             {"resource-enforcer.dev/affinity": "app: " + "[" * 3000 + "]" * 3000},

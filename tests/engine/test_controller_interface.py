@@ -27,7 +27,7 @@ RDT = {"rdt": {"partitions": {"p1": {"classes": {"BestEffort": {}, "gold": {}}}}
 
 def test_every_controller_is_registered_once_with_its_checks(tmp_path: Path) -> None:
     names = [t.name for t in CONTROLLER_TYPES]
-    assert names == ["cpuset", "rdt", "blockio", "cpuclass"]
+    assert names == ["cpuset", "rdt", "blockio", "cpuclass", "scheduling", "memory", "irq"]
     assert len(CONFIG_CHECKS) == len(names)
     built = node_controllers(Roots(cgroupfs=None, sysfs=None, resctrl=None), MACHINE)
     assert [c.name for c in built] == names
