@@ -11,7 +11,6 @@ status, and the cgroups.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,15 +32,6 @@ REFUSAL = "kubelet's CPU manager policy is 'static'"
 def cpus(cluster: Cluster, pod: str) -> CPUSet:
     (c,) = truth.containers_of(cluster.kubectl, NS, pod)
     return CPUSet.parse(c.cpus)
-
-
-def kubelet_policy(cluster: Cluster) -> str | None:
-    path = cluster.lay.kubelet_root / "cpu_manager_state"
-    try:
-        name = json.loads(path.read_text()).get("policyName")
-    except (OSError, ValueError):
-        return None
-    return str(name)
 
 
 def enforcer_pods(cluster: Cluster) -> list[dict[str, Any]]:
@@ -87,7 +77,9 @@ def node(cluster: Cluster) -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        if kubelet_policy(cluster) != "none":  # a failure midway: the node as the others need it
+        if (
+            faults.checkpoint_policy(cluster) != "none"
+        ):  # a failure midway: the node as the others need it
             faults.set_kubelet_cpu_manager(cluster, "none")
             restart_enforcer(cluster)
             cluster.wait_programs()
@@ -95,11 +87,11 @@ def node(cluster: Cluster) -> Iterator[Cluster]:
 
 
 def test_the_enforcer_refuses_to_run_beside_kubelets_static_policy(node: Cluster) -> None:
-    assert kubelet_policy(node) == "none"
+    assert faults.checkpoint_policy(node) == "none"
     assert cpus(node, "held") == ALL - RESERVED
 
     faults.set_kubelet_cpu_manager(node, "static")
-    assert kubelet_policy(node) == "static"  # kubelet's own checkpoint says so
+    assert faults.checkpoint_policy(node) == "static"  # kubelet's own checkpoint says so
     restart_enforcer(node)
     w.wait_for("the enforcer's pod to refuse, saying why", lambda: refused(node), 180)
     # Still refusing a while later (it does not come up on a retry).
@@ -110,7 +102,7 @@ def test_the_enforcer_refuses_to_run_beside_kubelets_static_policy(node: Cluster
     w.wait_pod_running(node.kubectl, NS, "meanwhile")
 
     faults.set_kubelet_cpu_manager(node, "none")
-    assert kubelet_policy(node) == "none"
+    assert faults.checkpoint_policy(node) == "none"
     restart_enforcer(node)  # rather than wait out the crash loop's back-off
     node.wait_programs()
     # Back in charge: the Guaranteed pod holds its CPU alone, the others share CPU 0, and a

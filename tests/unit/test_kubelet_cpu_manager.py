@@ -16,14 +16,11 @@ from enforcer.app.errors import StartError
 from enforcer.app.kubelet_cpu_manager import check_kubelet_cpu_manager, policy_of
 
 CLI = Path(sys.executable).parent / "resource-enforcer"
-# As kubelet 1.37 writes it with cpuManagerPolicy: static and reservedSystemCPUs: "0".
+# As kubelet 1.37 writes it (the v4 checkpoint: the v2 fields, policyName among them, beside
+# `data`) with cpuManagerPolicy: static and kubeReserved cpu 100m.
+_DATA = {"policyName": "static", "defaultCpuSet": "0", "entries": {"8f3c": {"app": "1"}}}
 STATIC = json.dumps(
-    {
-        "policyName": "static",
-        "defaultCpuSet": "0",
-        "entries": {"8f3c": {"app": "1"}},
-        "checksum": 1234567,
-    }
+    {**_DATA, "checksum": 1234567, "data": json.dumps(_DATA), "dataChecksum": 7654321}
 )
 NONE = json.dumps({"policyName": "none", "defaultCpuSet": "", "checksum": 1353318690})
 

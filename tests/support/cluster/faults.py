@@ -15,6 +15,7 @@ Deployment bring our programs back, as on a node.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -77,12 +78,30 @@ def reboot(c: Cluster) -> float:
     return time.monotonic() - started
 
 
+def checkpoint_policy(c: Cluster) -> str | None:
+    """The policy kubelet's CPU manager checkpoint names (its top-level `policyName`, which
+    the v4 format keeps beside its `data`); None while there is none."""
+    try:
+        name = json.loads((c.lay.kubelet_root / "cpu_manager_state").read_text())["policyName"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(name)
+
+
 def set_kubelet_cpu_manager(c: Cluster, policy: str) -> None:
     """kubelet restarted with ``cpuManagerPolicy: policy`` (``static`` keeps CPU 0 back from
     the pods). kubelet refuses to start when its checkpoint names another policy, so the
     checkpoint goes first, as docs/install.md tells an operator."""
+    state = c.lay.kubelet_root / "cpu_manager_state"
     c.stop_kubelet()
     c.write_kubelet_config(policy)
-    (c.lay.kubelet_root / "cpu_manager_state").unlink(missing_ok=True)
+    state.unlink(missing_ok=True)
     c.start_kubelet()
+    # The Node may still say Ready from before: kubelet's new checkpoint says it has started.
+    procs.wait_until(
+        f"kubelet's CPU manager checkpoint naming {policy}",
+        lambda: checkpoint_policy(c) == policy,
+        120,
+        log=c.lay.log("kubelet"),
+    )
     c.wait_node_ready(180)
