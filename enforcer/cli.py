@@ -127,6 +127,13 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="API server credentials (default: the pod's service account)",
     )
     p.add_argument(
+        "--kubelet-dir",
+        default=d.kubelet_dir,
+        metavar="DIR",
+        help="kubelet's --root-dir; the enforcer does not start when its cpu_manager_state "
+        "names a CPU manager policy other than none (default: %(default)s)",
+    )
+    p.add_argument(
         "--health-file",
         default=None,
         metavar="PATH",
@@ -200,6 +207,7 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "kubeconfig": args.kubeconfig,
         "health_file": args.health_file,
         "grace_period": args.grace_period,
+        "kubelet_dir": args.kubelet_dir,
     }
 
 

@@ -42,3 +42,5 @@ class RunOptions:
     nri_socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "resource-enforcer"
     plugin_index: str = "90"
+    # kubelet's --root-dir: its CPU manager's checkpoint (cpu_manager_state) is read at start.
+    kubelet_dir: str = "/var/lib/kubelet"

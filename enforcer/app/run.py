@@ -20,6 +20,7 @@ from enforcer.app.cluster_source import ClusterSettings, cluster_settings, start
 from enforcer.app.config_precedence import ConfigManager, Start, starting_configs
 from enforcer.app.errors import StartError
 from enforcer.app.health import HealthFile
+from enforcer.app.kubelet_cpu_manager import check_kubelet_cpu_manager
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.owned_state import OwnedStateStore
 from enforcer.app.usage_watch import UsageWatch, topology_writer
@@ -106,6 +107,7 @@ def prepare(options: RunOptions, runtime: Runtime) -> Node | None:
     try:
         if options.metrics_address is not None:
             _check_address(options.metrics_address)
+        check_kubelet_cpu_manager(options.kubelet_dir)
         cluster = cluster_settings(options)
         topology = read_topology(options.sysfs_root)
         lock = handover.StateLock(options.state_dir)

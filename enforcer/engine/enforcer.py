@@ -881,7 +881,13 @@ class Enforcer:
 def resized_request(
     request: ContainerRequest, kubelet: KubeletResources
 ) -> ContainerRequest | None:
-    """The request with kubelet's new CPU and memory values, or None when they are unchanged."""
+    """The request with kubelet's new CPU and memory values, or None when they are unchanged.
+
+    An update with no CPU shares, quota or memory limit at all (each 0: "leave it") only sets
+    a cpuset, as kubelet's CPU manager reconcile does: that is not a resize (kubelet never asks
+    for fewer than 2 shares)."""
+    if not (kubelet.cpu_shares or kubelet.cpu_quota or kubelet.memory_limit):
+        return None
     numbers = estimate_from_cri(kubelet)
     changed: dict[str, Any] = {
         name: numbers[name]

@@ -249,9 +249,13 @@ def test_host_paths_match_the_command_line(pod: dict[str, Any], container: dict[
         "/var/lib/resource-enforcer",
         "/sys",
         "/sys/fs/cgroup",
+        "/var/lib/kubelet",
     }
-    assert paths["/sys"][1] is True  # read-only
-    assert all(not ro for host, (_, ro) in paths.items() if host != "/sys")
+    read_only = {"/sys", "/var/lib/kubelet"}  # kubelet's folder: only its cpu_manager_state
+    assert all(paths[p][1] is True for p in read_only)
+    assert all(not ro for host, (_, ro) in paths.items() if host not in read_only)
+    assert "--kubelet-dir=/var/lib/kubelet" in container["args"]  # given, not the default
+    assert args.kubelet_dir == paths["/var/lib/kubelet"][0]
     assert Path(args.runtime_socket).parent == Path(paths["/run/containerd"][0])
     assert Path(args.relay_socket).parent == Path(paths["/run/resource-enforcer"][0])
     assert args.state_dir == paths["/var/lib/resource-enforcer"][0]

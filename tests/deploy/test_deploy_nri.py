@@ -64,7 +64,14 @@ def test_the_command_line_is_nri_and_its_paths_are_mounted(pod: dict[str, Any]) 
         if "hostPath" in volumes[m["name"]]
     }
     # The NRI socket's folder; neither the runtime's socket nor a relay socket.
-    assert set(paths) == {"/var/run/nri", "/var/lib/resource-enforcer", "/sys", "/sys/fs/cgroup"}
+    assert set(paths) == {
+        "/var/run/nri",
+        "/var/lib/resource-enforcer",
+        "/sys",
+        "/sys/fs/cgroup",
+        "/var/lib/kubelet",
+    }
+    assert args.kubelet_dir == paths["/var/lib/kubelet"]
     assert Path(args.nri_socket).parent == Path(paths["/var/run/nri"])
     assert args.state_dir == paths["/var/lib/resource-enforcer"]
     assert args.sysfs_root == paths["/sys"] and args.cgroupfs_root == paths["/sys/fs/cgroup"]

@@ -299,6 +299,22 @@ def test_in_place_resize_is_placed_anew(tmp_path: Path) -> None:
     assert CPUSet.parse(pinning.cpus) == e.policy.taken
 
 
+def test_a_cpuset_only_update_is_not_a_resize(tmp_path: Path) -> None:
+    """kubelet's CPU manager (static) reconciles with an UpdateContainerResources carrying
+    nothing but its cpuset: no shares, quota or memory (0, "unchanged"). That is no resize to
+    0 CPUs: the container keeps its exclusive CPU, and the update carries the enforcer's."""
+    from enforcer.decode import KubeletResources
+
+    runtime = StandInRuntime()
+    e = enforcer(tmp_path, runtime)
+    cid = create(e, runtime, "held", guaranteed("1"))
+    before = e.policy.taken
+    assert len(before) == 1
+    pinning = e.update(cid, KubeletResources(cpuset_cpus="0-3"), {})
+    assert pinning is not None and CPUSet.parse(pinning.cpus) == before
+    assert e.policy.taken == before
+
+
 def test_a_failed_state_write_rolls_the_admission_back_and_names_the_file(
     tmp_path: Path,
 ) -> None:

@@ -24,6 +24,7 @@ NODE_PATHS = (
     "/run/resource-enforcer",
     "/var/lib/resource-enforcer",
     "/var/run/nri",
+    "/var/lib/kubelet",
 )
 
 

@@ -141,6 +141,40 @@ class Cluster:
 
         t = time.monotonic()
         self._write_configs()
+        self.start_control_plane()
+        self._step("control plane", t)
+
+        t = time.monotonic()
+        self.start_containerd()
+        self._step("containerd", t)
+        t = time.monotonic()
+        images = deploy.build_images() if self.mode != NO_ENFORCER else {}
+        deploy.build_pause_image(self.bins["pause"])
+        deploy.import_images(
+            lay, self.bins["containerd"] / "ctr", [PAUSE_IMAGE, *images.values()], self.snapshotter
+        )
+        self._step("images built and imported", t)
+
+        t = time.monotonic()
+        if self.mode == "relay":
+            self.start_fallback_and_reconnect()
+        self.start_kubelet()
+        self.wait_node_ready(240)
+        self._step("kubelet and node Ready", t)
+
+        if self.mode == NO_ENFORCER:
+            return
+        t = time.monotonic()
+        deploy.deploy(
+            lay, self.kubectl, self.mode, Path(sys.executable).parent / "resource-webhook"
+        )
+        self.wait_programs()
+        self._step(f"webhook and enforcer ({self.mode}) serving", t)
+
+    def start_control_plane(self) -> None:
+        """etcd, the API server (waited for), the service rule, the controller manager and
+        the scheduler."""
+        lay = self.lay
         procs.start(lay, "etcd", comp.etcd_argv(self.bins, lay))
         procs.wait_until("etcd", comp.etcd_healthy, 60, log=lay.log("etcd"))
         procs.start(lay, "kube-apiserver", comp.apiserver_argv(self.bins, lay, self.node_ip))
@@ -155,51 +189,35 @@ class Cluster:
         node.add_service_rule(self.node_ip)
         procs.start(lay, "kube-controller-manager", comp.controller_manager_argv(self.bins, lay))
         procs.start(lay, "kube-scheduler", comp.scheduler_argv(self.bins, lay))
-        self._step("control plane", t)
 
-        t = time.monotonic()
-        self._start_containerd()
-        self._step("containerd", t)
-        t = time.monotonic()
-        images = deploy.build_images() if self.mode != NO_ENFORCER else {}
-        deploy.build_pause_image(self.bins["pause"])
-        deploy.import_images(
-            lay, self.bins["containerd"] / "ctr", [PAUSE_IMAGE, *images.values()], self.snapshotter
+    def start_fallback_and_reconnect(self) -> None:
+        """Relay mode, docs/install.md Step 3: the fallback link, in place before kubelet
+        starts (as tmpfiles.d makes it at boot), and the reconnect service."""
+        lay = self.lay
+        lay.relay_dir.mkdir(parents=True, exist_ok=True)
+        if not lay.relay_socket.exists() and not lay.relay_socket.is_symlink():
+            lay.relay_socket.symlink_to(lay.containerd_socket)
+        procs.start(
+            lay,
+            "reconnect",
+            [
+                str(RECONNECT_SCRIPT),
+                str(lay.relay_socket),
+                sys.executable,
+                "-m",
+                "tests.support.cluster",
+                "restart-kubelet",
+                f"--dir={lay.root}",
+            ],
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
         )
-        self._step("images built and imported", t)
 
-        t = time.monotonic()
-        if self.mode == "relay":
-            # Step 3: the fallback link, in place before kubelet starts; the reconnect service.
-            lay.relay_dir.mkdir(parents=True, exist_ok=True)
-            if not lay.relay_socket.exists() and not lay.relay_socket.is_symlink():
-                lay.relay_socket.symlink_to(lay.containerd_socket)
-            procs.start(
-                lay,
-                "reconnect",
-                [
-                    str(RECONNECT_SCRIPT),
-                    str(lay.relay_socket),
-                    sys.executable,
-                    "-m",
-                    "tests.support.cluster",
-                    "restart-kubelet",
-                    f"--dir={lay.root}",
-                ],
-                env=dict(os.environ, PYTHONPATH=str(REPO)),
-            )
-        self.start_kubelet()
-        self.wait_node_ready(240)
-        self._step("kubelet and node Ready", t)
-
-        if self.mode == NO_ENFORCER:
-            return
-        t = time.monotonic()
-        deploy.deploy(
-            lay, self.kubectl, self.mode, Path(sys.executable).parent / "resource-webhook"
+    def write_kubelet_config(self, cpu_manager: str = "none") -> None:
+        lay = self.lay
+        endpoint = lay.relay_socket if self.mode == "relay" else lay.containerd_socket
+        (lay.config / "kubelet.yaml").write_text(
+            configs.kubelet_config(lay, f"unix://{endpoint}", cpu_manager)
         )
-        self.wait_programs()
-        self._step(f"webhook and enforcer ({self.mode}) serving", t)
 
     def _write_configs(self) -> None:
         lay = self.lay
@@ -212,8 +230,7 @@ class Cluster:
             target = lay.kubeconfig if name == "admin" else lay.config / f"{name}.kubeconfig"
             target.write_text(text)
             target.chmod(0o600)
-        endpoint = lay.relay_socket if self.mode == "relay" else lay.containerd_socket
-        (lay.config / "kubelet.yaml").write_text(configs.kubelet_config(lay, f"unix://{endpoint}"))
+        self.write_kubelet_config()
         (lay.cni_conf / "10-kre-pods.conflist").write_text(configs.cni_conflist(lay))
 
     @property
@@ -222,7 +239,7 @@ class Cluster:
 
         return "overlayfs" if overlayfs_works(self.lay.root) else "native"
 
-    def _start_containerd(self) -> None:
+    def start_containerd(self) -> None:
         lay = self.lay
         for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d"):
             (lay.containerd / d).mkdir(parents=True, exist_ok=True)

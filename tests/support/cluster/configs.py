@@ -36,7 +36,7 @@ def kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def kubelet_config(lay: Layout, runtime_endpoint: str) -> str:
+def kubelet_config(lay: Layout, runtime_endpoint: str, cpu_manager: str = "none") -> str:
     """KubeletConfiguration as on a real node of this kind (cgroup v1, cgroupfs, no swap limit).
 
     CPU manager `none`: the enforcer pins (docs/install.md, Step 4). Eviction and image garbage
@@ -51,7 +51,7 @@ def kubelet_config(lay: Layout, runtime_endpoint: str) -> str:
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": True,
         "cgroupRoot": f"/{CGROUP_ROOT}",
-        "cpuManagerPolicy": "none",
+        "cpuManagerPolicy": cpu_manager,
         "failSwapOn": False,
         # Kubernetes 1.35+ refuses cgroup v1 hosts by default (KEP-5573); this machine is one.
         "failCgroupV1": False,
@@ -85,6 +85,11 @@ def kubelet_config(lay: Layout, runtime_endpoint: str) -> str:
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s",
     }
+    if cpu_manager == "static":
+        # static needs CPUs kept back from the pods; it rounds 100m up to one whole CPU
+        # (CPU 0) for itself, while the node's allocatable shrinks by 100m only, so the pods
+        # already running are admitted again when kubelet restarts.
+        doc["kubeReserved"] = {"cpu": "100m"}
     return yaml.safe_dump(doc, sort_keys=False)
 
 

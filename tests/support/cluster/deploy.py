@@ -29,6 +29,7 @@ from tests.support import images
 from tests.support.cluster.kube import Kubectl
 from tests.support.cluster.layout import PAUSE_IMAGE, REPO, Layout
 
+NRT_COMPONENT = REPO / "deploy" / "components" / "node-resource-topology"
 IMAGE_REPO = "localhost/kube-resource-enforcer"
 IMAGES = {"webhook": f"{IMAGE_REPO}/webhook:test", "enforcer": f"{IMAGE_REPO}/enforcer:test"}
 
@@ -96,6 +97,7 @@ def _host_paths(lay: Layout) -> dict[str, str]:
         "/run/resource-enforcer": str(lay.relay_dir),
         "/var/lib/resource-enforcer": str(lay.enforcer_state),
         "/var/run/nri": str(lay.nri_dir),
+        "/var/lib/kubelet": str(lay.kubelet_root),
     }
 
 
@@ -147,6 +149,9 @@ def write_overlay(lay: Layout, kubectl: Kubectl, mode: str) -> Path:
         "kind": "Kustomization",
         # kustomize takes folders by relative path only.
         "resources": [os.path.relpath(b, overlay) for b in bases],
+        # The NodeResourceTopology CRD and its RBAC, as docs/scheduling.md tells an operator;
+        # the API server validates every object the enforcer writes against it.
+        "components": [os.path.relpath(NRT_COMPONENT, overlay)],
         "images": [
             {
                 "name": f"kube-resource-enforcer/{name}",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.cluster.kube import Kubectl
+from tests.support.cluster.kube import Kubectl, KubectlError
 from tests.support.cluster.layout import CGROUP_ROOT, Layout
 
 CGROUPFS = Path("/sys/fs/cgroup")
@@ -79,3 +79,21 @@ def runtime_spec(lay: Layout, ctr: Path, container_id: str) -> dict[str, Any]:
 def runtime_cpus(lay: Layout, ctr: Path, container_id: str) -> str:
     spec = runtime_spec(lay, ctr, container_id)
     return str(spec.get("linux", {}).get("resources", {}).get("cpu", {}).get("cpus", ""))
+
+
+def node_containers(kubectl: Kubectl) -> list[ContainerTruth]:
+    """Every running container of every pod on the node (all namespaces), from the cgroups."""
+    found: list[ContainerTruth] = []
+    for pod in kubectl.json("get", "pods", "-A")["items"]:
+        if pod["status"].get("phase") != "Running":
+            continue
+        try:
+            found += containers_of(kubectl, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        except (FileNotFoundError, KubectlError):
+            continue  # the pod or its container went meanwhile
+    return found
+
+
+def cpu_quota(cgroup: str) -> int:
+    """cpu.cfs_quota_us of the container's cgroup (-1: no limit)."""
+    return int((CGROUPFS / "cpu" / cgroup / "cpu.cfs_quota_us").read_text())

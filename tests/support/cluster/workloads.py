@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -129,3 +130,13 @@ def wait_pod_running(kubectl: Kubectl, ns: str, name: str, timeout: float = 120)
 def delete_namespace(kubectl: Kubectl, name: str) -> None:
     """Each module's pods go with its namespace: the node has 2 CPUs to share between them."""
     kubectl.run("delete", "namespace", name, "--wait=true", "--ignore-not-found", timeout=300)
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 120) -> None:
+    """Poll ``check`` every second until it is true; AssertionError naming ``what`` after
+    ``timeout`` seconds (generous: the machine is shared and noisy)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(1)
