@@ -78,7 +78,7 @@ NRI_PLUGIN_METHODS = (
     "UpdateContainer",
     "StopContainer",
     "StateChange",
-    # NRI v0.10 and later: pod events and a container's start and removal as their own calls.
+    # NRI v0.12 and later: pod events and a container's start and removal as their own calls.
     "RunPodSandbox",
     "UpdatePodSandbox",
     "StopPodSandbox",

@@ -1,9 +1,9 @@
-"""The plugin service's per-event calls of NRI v0.10 and later, mapped onto v0.6.1's events.
+"""The plugin service's per-event calls of NRI v0.12 and later, mapped onto v0.6.1's events.
 
 NRI v0.6.1 (containerd 1.7) tells the plugin of pods and of a container's start and removal
-through StateChange; v0.10 and later call a method per event (RunPodSandbox, StartContainer,
-RemoveContainer, ...) and fall back to StateChange, with a deprecation warning in the runtime's
-log, only for a plugin that answers the method unimplemented. Each such request is the
+through StateChange; v0.12 and later call a method per event (RunPodSandbox, StartContainer,
+RemoveContainer, ...) and fall back to StateChange, with a deprecation warning (containerd:
+`ctr deprecations list`), only for a plugin that answers the method unimplemented. Each such request is the
 StateChange event's pod and container under other field numbers, and each answer is an empty
 message: one handler per method turns the request into the event and answers nothing, so both
 runtimes reach the same code.

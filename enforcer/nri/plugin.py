@@ -6,7 +6,7 @@ updates that bring them in line; CreateContainer admits through the same decoder
 the relay and answers an adjustment (cpuset, memory nodes, and the RDT class where the runtime
 applies it), or the relay's refusal as a ttrpc error status; UpdateContainer re-places an
 in-place resize; StopContainer, RemoveContainer and the pod events release, whether they come as
-StateChange (NRI v0.6.1) or as their own calls (v0.10 and later, enforcer.nri.events); what the
+StateChange (NRI v0.6.1) or as their own calls (v0.12 and later, enforcer.nri.events); what the
 runtime's NRI version offers besides is in enforcer.nri.protocol. Block I/O (and RDT where the
 runtime does not apply it) is applied by the engine's controllers when the container starts, as
 the relay does.

@@ -1,5 +1,5 @@
 """NRI of today beside NRI v0.6.1, over the real engine without a runtime: the version
-exchange picks the events and the RDT field, the per-event calls of v0.10+ act as their
+exchange picks the events and the RDT field, the per-event calls of v0.12 act as their
 StateChange events do, and a Synchronize split into parts is put together (bounded). The same
 plugin on the real containerd 2.4.2 and 1.7 is in test_nri_runtimes_today.py."""
 

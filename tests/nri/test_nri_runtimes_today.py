@@ -1,8 +1,9 @@
 """The plugin on NRI of today and of yesterday, on the real runtimes: containerd 2.4.2 (NRI
 v0.12.3) and containerd 1.7.24 (v0.6.1). The versions are exchanged (each side's log names the
-other's), 2.4.2 calls the per-event methods (it logs a deprecation for a plugin that leaves
-an event to StateChange: none here), and on both a Guaranteed container gets the exclusive CPU,
-which its removal frees for the next one: truth from the containers' cgroups."""
+other's), 2.4.2 calls the per-event methods and the plugin serves them (a plugin that answered
+them unimplemented would get StateChange again, and a deprecation warning in containerd), 1.7
+sends StateChange; on both a Guaranteed container gets the exclusive CPU, which its removal
+frees for the next one: truth from the containers' cgroups."""
 
 from __future__ import annotations
 
@@ -13,15 +14,21 @@ import pytest
 
 from enforcer.nri.protocol import PLUGIN_NRI_VERSION
 from enforcer.topology import CPUSet
+from tests.nri.test_nri_static import nri_calls
+from tests.support.enforcer_process import free_port
 from tests.support.kubelet import KubeletEmulator
-from tests.support.nri_enforcer import NriEnforcerProcess, cpus_of
+from tests.support.nri_enforcer import (
+    PER_EVENT_METHOD,
+    PER_EVENT_RELEASES,
+    NriEnforcerProcess,
+    cpus_of,
+)
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd, session_runtime
 
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
 RESERVED = CPUSet.of(min(ALL))
 EXCLUSIVE = ALL - RESERVED
-DEPRECATED = "uses deprecated StateChange"
 
 
 @pytest.fixture(scope="module", params=("containerd2.4", "containerd1.7"))
@@ -38,7 +45,12 @@ def plugin(
     workdir = tmp_path_factory.mktemp("nri-today")
     config = workdir / "config.yaml"
     config.write_text(f'policy: {{name: static, reservedCPUs: "{RESERVED}"}}\n')
-    proc = NriEnforcerProcess(workdir, nri_socket=runtime.nri_socket, config=str(config))
+    proc = NriEnforcerProcess(
+        workdir,
+        nri_socket=runtime.nri_socket,
+        config=str(config),
+        metrics_address=f"127.0.0.1:{free_port()}",
+    )
     proc.start()
     try:
         yield proc
@@ -49,7 +61,6 @@ def plugin(
 def test_versions_events_and_pinning(
     runtime: NriContainerd, plugin: NriEnforcerProcess, tmp_path: Path
 ) -> None:
-    log_start = runtime.log_path.stat().st_size
     with KubeletEmulator(runtime.socket, log_root=tmp_path / "pods") as kubelet:
         first = kubelet.run_pod(
             manifest("g1", sleeper(resources=guaranteed("1")), namespace="nri-today")
@@ -62,13 +73,19 @@ def test_versions_events_and_pinning(
         # Released by the removal (RemoveContainer / RemovePodSandbox, or their StateChange).
         assert cpus_of(second) == EXCLUSIVE
         kubelet.remove_pod(second)
+    calls, _ = nri_calls(plugin)
+    served = {(method, event) for (method, event, code) in calls if code == "0"}
+    state_changes = {event for (method, event) in served if method == "StateChange"}
     containerd_log = runtime.log_path.read_text(errors="replace")
     ours = plugin.log_since_start()
-    if runtime.release.name == "containerd2.4":
-        # The plugin names its version; the runtime names its own in Configure.
+    if runtime.release.name in PER_EVENT_RELEASES:
+        # The plugin names its version to the runtime, the runtime its own in Configure.
         assert f"with NRI version {PLUGIN_NRI_VERSION}" in containerd_log
         assert "(NRI v0.12.3)" in ours
-        # Every event the plugin takes came as its own call.
-        assert DEPRECATED not in containerd_log[log_start:], containerd_log[log_start:][-3000:]
+        # Every event the plugin takes came as its own call, none as StateChange.
+        assert {(m, "") for m in PER_EVENT_METHOD.values()} <= served, served
+        assert not state_changes, state_changes
     else:
         assert "(NRI version not given (before v0.12))" in ours
+        assert set(PER_EVENT_METHOD) <= state_changes, served
+        assert not {m for (m, _) in served} & set(PER_EVENT_METHOD.values())

@@ -151,6 +151,19 @@ def _nri_section(workdir: Path, socket: Path) -> str:
 """
 
 
+TOLERATE_MISSING = "tolerate-missing-nri-plugins.noderesource.dev"
+
+
+def _validator_section(required: tuple[str, ...]) -> str:
+    plugins = ", ".join(_toml_str(p) for p in required)
+    return f"""
+    [plugins."io.containerd.nri.v1.nri".default_validator]
+      enable = true
+      required_plugins = [{plugins}]
+      tolerate_missing_plugins_annotation = {_toml_str(TOLERATE_MISSING)}
+"""
+
+
 def render_config_v3(
     workdir: Path,
     socket: Path,
@@ -234,7 +247,9 @@ class NriContainerd(PrivateContainerd):
     PrivateContainerd); ``release`` defaults to 1.7.
 
     ``nri_socket``: where a plugin connects. The socket is re-created by containerd at each
-    start; ``wait_nri_socket()`` waits for it.
+    start; ``wait_nri_socket()`` waits for it. ``required_plugins``: turns NRI's default
+    validator on with these plugins required (as docs/nri.md tells an operator; containerd
+    2.2 and later act on it, 2.1 ignores it).
     """
 
     def __init__(
@@ -243,9 +258,11 @@ class NriContainerd(PrivateContainerd):
         *,
         release: Release | str = "containerd1.7",
         registry_config: str | os.PathLike[str] | None = None,
+        required_plugins: tuple[str, ...] = (),
         **kwargs: object,
     ) -> None:
         self.release = RELEASES[release] if isinstance(release, str) else release
+        self.required_plugins = required_plugins
         kwargs.setdefault("bin_dir", self.release.bin_dir())
         super().__init__(workdir, **kwargs)  # type: ignore[arg-type]
         self.nri_socket = str(self.workdir / "nri.sock")
@@ -261,6 +278,8 @@ class NriContainerd(PrivateContainerd):
         for d in ("nri/plugins", "nri/conf.d"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         nri = _nri_section(self.workdir, Path(self.nri_socket))
+        if self.required_plugins:
+            nri += _validator_section(self.required_plugins)
         if self.release.config_version == 3:
             return render_config_v3(
                 self.workdir,
