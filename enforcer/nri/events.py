@@ -3,10 +3,10 @@
 NRI v0.6.1 (containerd 1.7) tells the plugin of pods and of a container's start and removal
 through StateChange; v0.12 and later call a method per event (RunPodSandbox, StartContainer,
 RemoveContainer, ...) and fall back to StateChange, with a deprecation warning (containerd:
-`ctr deprecations list`), only for a plugin that answers the method unimplemented. Each such request is the
-StateChange event's pod and container under other field numbers, and each answer is an empty
-message: one handler per method turns the request into the event and answers nothing, so both
-runtimes reach the same code.
+`ctr deprecations list`), only for a plugin that answers the method unimplemented. Each such
+request is the StateChange event's pod and container under other field numbers, and each
+answer is an empty message: one handler per method turns the request into the event and
+answers nothing, so both runtimes reach the same code.
 """
 
 from __future__ import annotations
