@@ -152,16 +152,17 @@ def _nri_section(workdir: Path, socket: Path) -> str:
 
 
 TOLERATE_MISSING = "tolerate-missing-nri-plugins.noderesource.dev"
+# What docs/nri.md tells an operator of containerd 2.2+ to add: the default validator.
+REQUIRE_PLUGIN_TOML = REPO / "deploy" / "nri" / "containerd-require-plugin.toml"
 
 
 def _validator_section(required: tuple[str, ...]) -> str:
+    """deploy/nri's validator table, with ``required`` as the required plugins."""
+    text = REQUIRE_PLUGIN_TOML.read_text()
     plugins = ", ".join(_toml_str(p) for p in required)
-    return f"""
-    [plugins."io.containerd.nri.v1.nri".default_validator]
-      enable = true
-      required_plugins = [{plugins}]
-      tolerate_missing_plugins_annotation = {_toml_str(TOLERATE_MISSING)}
-"""
+    line = 'required_plugins = ["resource-enforcer"]'
+    assert line in text, f"{REQUIRE_PLUGIN_TOML} lost its line {line}"
+    return "\n" + text.replace(line, f"required_plugins = [{plugins}]")
 
 
 def render_config_v3(
