@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.cri import api_pb2 as cri
 from enforcer.nri.protocol import PLUGIN_NRI_VERSION
 from enforcer.topology import CPUSet
 from tests.nri.test_nri_static import nri_calls
@@ -72,6 +73,11 @@ def test_versions_events_and_pinning(
         )
         # Released by the removal (RemoveContainer / RemovePodSandbox, or their StateChange).
         assert cpus_of(second) == EXCLUSIVE
+        if runtime.release.name in PER_EVENT_RELEASES:
+            # kubelet resizes the pod's pod-level resources in place: 2.4 tells the plugin.
+            resize = cri.UpdatePodSandboxResourcesRequest(pod_sandbox_id=second.sandbox_id)
+            resize.resources.cpu_quota, resize.resources.cpu_period = 200000, 100000
+            kubelet.runtime.UpdatePodSandboxResources(resize, timeout=10)
         kubelet.remove_pod(second)
     calls, _ = nri_calls(plugin)
     served = {(method, event) for (method, event, code) in calls if code == "0"}
@@ -84,6 +90,7 @@ def test_versions_events_and_pinning(
         assert "(NRI v0.12.3)" in ours
         # Every event the plugin takes came as its own call, none as StateChange.
         assert {(m, "") for m in PER_EVENT_METHOD.values()} <= served, served
+        assert ("UpdatePodSandbox", "") in served, served
         assert not state_changes, state_changes
     else:
         assert "(NRI version not given (before v0.12))" in ours
