@@ -78,6 +78,14 @@ NRI_PLUGIN_METHODS = (
     "UpdateContainer",
     "StopContainer",
     "StateChange",
+    # NRI v0.12 and later: pod events and a container's start and removal as their own calls.
+    "RunPodSandbox",
+    "UpdatePodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PostCreateContainer",
+    "StartContainer",
+    "RemoveContainer",
 )
 NRI_SENT_METHODS = ("UpdateContainers",)
 NRI_METHODS = NRI_PLUGIN_METHODS + NRI_SENT_METHODS
@@ -95,6 +103,9 @@ NRI_EVENTS = (
     "POST_UPDATE_CONTAINER",
     "STOP_CONTAINER",
     "REMOVE_CONTAINER",
+    "UPDATE_POD_SANDBOX",
+    "POST_UPDATE_POD_SANDBOX",
+    "VALIDATE_CONTAINER_ADJUSTMENT",
 )
 # The `controller` label of resource_enforcer_controller_errors.
 CONTROLLERS = ("cpuset", "rdt", "blockio", "cluster-config", "node-resource-topology")

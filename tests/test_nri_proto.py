@@ -1,6 +1,6 @@
 """The NRI and ttrpc messages: the generated modules are current, the field numbers and enum
-values are those of NRI v0.6.1 and ttrpc (the wire format containerd 1.7 speaks), and unknown
-fields from newer runtimes parse."""
+values are those of NRI v0.12.3 (containerd 2.4.2) and keep every one of v0.6.1 (containerd
+1.7), those of ttrpc, and unknown fields from newer runtimes parse."""
 
 from __future__ import annotations
 
@@ -30,14 +30,19 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
         assert (a / name).read_bytes() == (b / name).read_bytes()
 
 
-def test_services_as_in_v0_6_1() -> None:
+def test_services_as_in_v0_6_1_and_the_per_event_calls_of_v0_12() -> None:
     assert api_pb2.DESCRIPTOR.package == "nri.pkg.api.v1alpha1"
     plugin = api_pb2.DESCRIPTOR.services_by_name["Plugin"]
     runtime = api_pb2.DESCRIPTOR.services_by_name["Runtime"]
     assert [m.name for m in plugin.methods] == [
         "Configure", "Synchronize", "Shutdown", "CreateContainer", "UpdateContainer",
         "StopContainer", "StateChange",
+        "RunPodSandbox", "UpdatePodSandbox", "StopPodSandbox", "RemovePodSandbox",
+        "PostCreateContainer", "StartContainer", "RemoveContainer",
     ]  # fmt: skip
+    for method in plugin.methods[7:]:
+        assert method.input_type.name == f"{method.name}Request"
+        assert method.output_type.name == f"{method.name}Response"
     assert [m.name for m in runtime.methods] == ["RegisterPlugin", "UpdateContainers"]
     assert plugin.full_name == "nri.pkg.api.v1alpha1.Plugin"
     assert runtime.methods_by_name["UpdateContainers"].output_type.name == (
@@ -51,7 +56,8 @@ def test_event_numbers() -> None:
         ("REMOVE_POD_SANDBOX", 3), ("CREATE_CONTAINER", 4), ("POST_CREATE_CONTAINER", 5),
         ("START_CONTAINER", 6), ("POST_START_CONTAINER", 7), ("UPDATE_CONTAINER", 8),
         ("POST_UPDATE_CONTAINER", 9), ("STOP_CONTAINER", 10), ("REMOVE_CONTAINER", 11),
-        ("LAST", 12),
+        ("UPDATE_POD_SANDBOX", 12), ("POST_UPDATE_POD_SANDBOX", 13),
+        ("VALIDATE_CONTAINER_ADJUSTMENT", 14), ("LAST", 15),
     ]  # fmt: skip
     assert [(v.name, v.number) for v in api_pb2.ContainerState.DESCRIPTOR.values] == [
         ("CONTAINER_UNKNOWN", 0), ("CONTAINER_CREATED", 1), ("CONTAINER_PAUSED", 2),
@@ -65,19 +71,36 @@ S, I32, I64, U32, U64, B, BYTES, MSG, ENUM = (
 )  # fmt: skip
 REP, MAP = "repeated", "map"
 
-# NRI v0.6.1 pkg/api/api.proto, the messages the plugin reads and writes.
+# NRI v0.12.3 pkg/api/api.proto (v0.6.1's and what v0.12 adds), the messages the plugin reads
+# and writes.
+POD_ONLY = {"pod": (1, MSG, "PodSandbox")}
+POD_AND_CONTAINER = {"pod": (1, MSG, "PodSandbox"), "container": (2, MSG, "Container")}
 NRI_FIELDS: dict[str, dict[str, tuple]] = {
-    "RegisterPluginRequest": {"plugin_name": (1, S), "plugin_idx": (2, S)},
+    "RegisterPluginRequest": {"plugin_name": (1, S), "plugin_idx": (2, S), "NRI_version": (3, S)},
     "UpdateContainersRequest": {
         "update": (1, MSG, "ContainerUpdate", REP), "evict": (2, MSG, "ContainerEviction", REP),
     },
     "UpdateContainersResponse": {"failed": (1, MSG, "ContainerUpdate", REP)},
-    "ConfigureRequest": {"config": (1, S), "runtime_name": (2, S), "runtime_version": (3, S)},
+    "ConfigureRequest": {
+        "config": (1, S), "runtime_name": (2, S), "runtime_version": (3, S),
+        "registration_timeout": (4, I64), "request_timeout": (5, I64), "NRI_version": (6, S),
+    },
     "ConfigureResponse": {"events": (2, I32)},
     "SynchronizeRequest": {
         "pods": (1, MSG, "PodSandbox", REP), "containers": (2, MSG, "Container", REP),
+        "more": (3, B),
     },
-    "SynchronizeResponse": {"update": (1, MSG, "ContainerUpdate", REP)},
+    "SynchronizeResponse": {"update": (1, MSG, "ContainerUpdate", REP), "more": (2, B)},
+    "RunPodSandboxRequest": POD_ONLY,
+    "StopPodSandboxRequest": POD_ONLY,
+    "RemovePodSandboxRequest": POD_ONLY,
+    "UpdatePodSandboxRequest": {
+        **POD_ONLY, "overhead_linux_resources": (2, MSG, "LinuxResources"),
+        "linux_resources": (3, MSG, "LinuxResources"),
+    },
+    "PostCreateContainerRequest": POD_AND_CONTAINER,
+    "StartContainerRequest": POD_AND_CONTAINER,
+    "RemoveContainerRequest": POD_AND_CONTAINER,
     "CreateContainerRequest": {"pod": (1, MSG, "PodSandbox"), "container": (2, MSG, "Container")},
     "CreateContainerResponse": {
         "adjust": (1, MSG, "ContainerAdjustment"), "update": (2, MSG, "ContainerUpdate", REP),
@@ -144,7 +167,11 @@ NRI_FIELDS: dict[str, dict[str, tuple]] = {
     },
     "LinuxContainerAdjustment": {
         "devices": (1, MSG, "LinuxDevice", REP), "resources": (2, MSG, "LinuxResources"),
-        "cgroups_path": (3, S),
+        "cgroups_path": (3, S), "rdt": (11, MSG, "LinuxRdt"),
+    },
+    "LinuxRdt": {
+        "clos_id": (1, MSG, "OptionalString"), "enable_monitoring": (3, MSG, "OptionalBool"),
+        "remove": (4, B),
     },
     "ContainerUpdate": {
         "container_id": (1, S), "linux": (2, MSG, "LinuxContainerUpdate"), "ignore_failure": (3, B),
@@ -154,6 +181,7 @@ NRI_FIELDS: dict[str, dict[str, tuple]] = {
     "OptionalString": {"value": (1, S)},
     "OptionalInt64": {"value": (1, I64)},
     "OptionalUInt64": {"value": (1, U64)},
+    "OptionalBool": {"value": (1, B)},
 }  # fmt: skip
 
 # containerd/ttrpc request.proto, and google.rpc.Status / google.protobuf.Any's numbers.

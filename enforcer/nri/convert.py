@@ -110,16 +110,22 @@ def cpuset_update(container_id: str, pinning: Pinning) -> api_pb2.ContainerUpdat
     return update
 
 
-def adjustment(pinning: Pinning, rdt_class: str | None) -> api_pb2.ContainerAdjustment:
+def adjustment(
+    pinning: Pinning, rdt_class: str | None, *, rdt_clos: bool = False
+) -> api_pb2.ContainerAdjustment:
     """The adjustment of a container being created: its cpuset and memory nodes, and the RDT
-    class where the runtime applies it."""
+    class where the runtime applies it: as ``linux.rdt.clos_id`` with ``rdt_clos`` (NRI v0.11
+    and later, which resolve ``resources.rdt_class`` against the runtime's own RDT
+    configuration), else as ``resources.rdt_class`` (v0.6.1: the CLOS, unchecked)."""
     adjust = api_pb2.ContainerAdjustment()
     resources = adjust.linux.resources
     if pinning.cpus:
         resources.cpu.cpus = pinning.cpus
     if pinning.mems:
         resources.cpu.mems = pinning.mems
-    if rdt_class:
+    if rdt_class and rdt_clos:
+        adjust.linux.rdt.clos_id.value = rdt_class
+    elif rdt_class:
         resources.rdt_class.value = rdt_class
     return adjust
 

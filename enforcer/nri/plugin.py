@@ -5,9 +5,11 @@ runtime has (the engine's reconciliation over the runtime's own picture) and ans
 updates that bring them in line; CreateContainer admits through the same decoder and policy as
 the relay and answers an adjustment (cpuset, memory nodes, and the RDT class where the runtime
 applies it), or the relay's refusal as a ttrpc error status; UpdateContainer re-places an
-in-place resize; StopContainer, RemoveContainer and the pod events release. Block I/O (and RDT
-where the runtime does not apply it) is applied by the engine's controllers when the container
-starts, as the relay does.
+in-place resize; StopContainer, RemoveContainer and the pod events release, whether they come as
+StateChange (NRI v0.6.1) or as their own calls (v0.12 and later, enforcer.nri.events); what the
+runtime's NRI version offers besides is in enforcer.nri.protocol. Block I/O (and RDT where the
+runtime does not apply it) is applied by the engine's controllers when the container starts, as
+the relay does.
 
 The runtime waits for every answer (containerd: 2 s, then it drops the plugin): the engine
 runs on its worker thread, and an answer that is not ready within ``ANSWER_SECONDS`` is given
@@ -29,8 +31,8 @@ from enforcer.engine import Enforcer
 from enforcer.engine.model import Pinning
 from enforcer.nri.connection import (
     OK,
+    RESOURCE_EXHAUSTED,
     UNAVAILABLE,
-    UNKNOWN,
     ConnectionClosed,
     Handler,
     NriConnection,
@@ -44,8 +46,12 @@ from enforcer.nri.convert import (
     resources_record,
     status_code,
 )
+from enforcer.nri.events import PER_EVENT, per_event_handler, updated_pod
+from enforcer.nri.observe import Observer, counted, no_observer
+from enforcer.nri.protocol import Offer
 from enforcer.nri.runtime import NriRuntime
 from enforcer.nri.session import RUNTIME_SERVICE, plugin_method
+from enforcer.nri.sync_parts import SyncParts, SyncTooLarge
 from enforcer.nriapi import api_pb2
 from enforcer.refusal import Refusal
 from enforcer.worker import EngineWorker
@@ -62,26 +68,6 @@ RECONCILE_RETRY_SECONDS = 5.0
 # that never sends the event cannot make it grow).
 MAX_PENDING_SYNCS = 4096
 E = api_pb2.Event
-SUBSCRIBED = (
-    E.RUN_POD_SANDBOX,
-    E.STOP_POD_SANDBOX,
-    E.REMOVE_POD_SANDBOX,
-    E.CREATE_CONTAINER,
-    # containerd waits for its acknowledgement before it answers kubelet's CreateContainer:
-    # given once the decision is durable (fdatasync while containerd creates the container).
-    E.POST_CREATE_CONTAINER,
-    E.START_CONTAINER,
-    E.UPDATE_CONTAINER,
-    E.STOP_CONTAINER,
-    E.REMOVE_CONTAINER,
-)
-EVENT_MASK = sum(1 << (event - 1) for event in SUBSCRIBED)
-# (method, ttrpc status code, seconds, StateChange event name): the metrics' observer.
-Observer = Callable[[str, int, float, str], None]
-
-
-def _no_observer(method: str, code: int, seconds: float, event: str) -> None:
-    pass
 
 
 class Late(Exception):
@@ -99,7 +85,7 @@ class NriPlugin(EngineWorker):
         reconcile: Callable[[], bool],
         rdt_by_runtime: bool = False,
         answer_seconds: float = ANSWER_SECONDS,
-        observe: Observer = _no_observer,
+        observe: Observer = no_observer,
     ) -> None:
         super().__init__(enforcer)
         self.observe = observe
@@ -118,9 +104,11 @@ class NriPlugin(EngineWorker):
         self._sender: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._syncs: dict[str, asyncio.Future[str | None]] = {}
+        self.offer = Offer()  # what the connected runtime's NRI version offers (Configure)
+        self._sync_parts = SyncParts()
 
     def handlers(self) -> dict[str, Handler]:
-        observed = self._observed
+        observed = partial(counted, self.observe)
         return {
             plugin_method("Configure"): observed("Configure", self.configure),
             plugin_method("Synchronize"): observed("Synchronize", self._handler(self.synchronize)),
@@ -137,31 +125,15 @@ class NriPlugin(EngineWorker):
             plugin_method("StateChange"): observed(
                 "StateChange", self._handler(self.state_change), event_name
             ),
+            plugin_method("UpdatePodSandbox"): observed(
+                "UpdatePodSandbox", self._handler(self.update_pod_sandbox)
+            ),
+        } | {
+            plugin_method(method): observed(
+                method, self._handler(per_event_handler(method, self.on_event))
+            )
+            for method in PER_EVENT
         }
-
-    def _observed(
-        self,
-        method: str,
-        fn: Handler,
-        event: Callable[[bytes], str] | None = None,
-    ) -> Handler:
-        """Counts each request in the metrics, with its status code and answer time."""
-
-        async def handle(payload: bytes) -> bytes:
-            start = time.perf_counter()
-            code = UNKNOWN
-            try:
-                reply = await fn(payload)
-                code = OK
-                return reply
-            except TtrpcError as exc:
-                code = exc.code
-                raise
-            finally:
-                name = event(payload) if event is not None else ""
-                self.observe(method, code, time.perf_counter() - start, name)
-
-        return handle
 
     # -- the connection's life -------------------------------------------------------------
 
@@ -178,6 +150,7 @@ class NriPlugin(EngineWorker):
 
     async def disconnected(self, reason: str) -> None:
         self.connection = None
+        self._sync_parts.clear()
         self.synchronized.clear()
         self.reconcile_failed = f"not connected to the runtime: {reason}"
         self.runtime.disconnected()
@@ -271,13 +244,15 @@ class NriPlugin(EngineWorker):
 
     async def configure(self, payload: bytes) -> bytes:
         request = api_pb2.ConfigureRequest.FromString(payload)
+        self.offer = Offer.of(request.NRI_version)
         log.info(
-            "configured by %s %s; subscribing to events 0x%x",
+            "configured by %s %s (%s); subscribing to events 0x%x",
             request.runtime_name,
             request.runtime_version,
-            EVENT_MASK,
+            self.offer.describe(),
+            self.offer.event_mask,
         )
-        return api_pb2.ConfigureResponse(events=EVENT_MASK).SerializeToString()
+        return api_pb2.ConfigureResponse(events=self.offer.event_mask).SerializeToString()
 
     async def shutdown(self, payload: bytes) -> bytes:
         log.info("the runtime is shutting down")
@@ -285,11 +260,19 @@ class NriPlugin(EngineWorker):
 
     async def synchronize(self, payload: bytes) -> bytes:
         request = api_pb2.SynchronizeRequest.FromString(payload)
-        self.runtime.synchronized(request.pods, request.containers)
+        try:
+            whole = self._sync_parts.add(request, len(payload))
+        except SyncTooLarge as exc:
+            log.error("refused Synchronize: %s", exc)
+            raise TtrpcError(RESOURCE_EXHAUSTED, str(exc)) from None
+        if whole is None:  # a part, more follow: answered with more and no updates
+            return api_pb2.SynchronizeResponse(more=True).SerializeToString()
+        pods, containers = whole
+        self.runtime.synchronized(pods, containers)
         log.info(
-            "synchronizing with %d pods and %d containers (%d bytes)",
-            len(request.pods),
-            len(request.containers),
+            "synchronizing with %d pods and %d containers (%d bytes in the last part)",
+            len(pods),
+            len(containers),
             len(payload),
         )
         attempt = asyncio.ensure_future(self.run(self._reconcile))
@@ -390,7 +373,10 @@ class NriPlugin(EngineWorker):
         self._settle(updates)
         self.flush_soon()
         return api_pb2.CreateContainerResponse(
-            adjust=adjustment(pinning, rdt if self.rdt_by_runtime else None), update=updates
+            adjust=adjustment(
+                pinning, rdt if self.rdt_by_runtime else None, rdt_clos=self.offer.rdt_clos
+            ),
+            update=updates,
         ).SerializeToString()
 
     def _admit(
@@ -469,8 +455,16 @@ class NriPlugin(EngineWorker):
         except RuntimeError:
             pass  # the worker is shut down: the plugin is stopping
 
+    async def update_pod_sandbox(self, payload: bytes) -> bytes:
+        self.runtime.pod_seen(updated_pod(payload))
+        return b""  # an empty UpdatePodSandboxResponse
+
     async def state_change(self, payload: bytes) -> bytes:
-        event = api_pb2.StateChangeEvent.FromString(payload)
+        await self.on_event(api_pb2.StateChangeEvent.FromString(payload))
+        return api_pb2.Empty().SerializeToString()
+
+    async def on_event(self, event: api_pb2.StateChangeEvent) -> None:
+        """A pod or container event, from StateChange or from its own call."""
         pod, container = event.pod, event.container
         work: Callable[[], object] | None = None
         if event.event == E.POST_CREATE_CONTAINER:
@@ -498,7 +492,6 @@ class NriPlugin(EngineWorker):
                 log.warning("StateChange %s answered before the enforcer was done", event.event)
             self.flush_soon()
             self._work.set()  # re-pins it caused go out as UpdateContainers after this reply
-        return api_pb2.Empty().SerializeToString()
 
 
 def _log_late_failure(future: asyncio.Future[Any]) -> None:

@@ -29,6 +29,7 @@ from enforcer.nri.connection import (
     TtrpcError,
     open_connection,
 )
+from enforcer.nri.protocol import PLUGIN_NRI_VERSION
 from enforcer.nriapi import api_pb2
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,9 @@ class Session:
     def _synchronizing(self, handler: Handler) -> Handler:
         async def synchronize(payload: bytes) -> bytes:
             reply = await handler(payload)
-            self.synchronized.set()
+            # A part of a split Synchronize (answered with more) does not synchronize yet.
+            if not api_pb2.SynchronizeResponse.FromString(reply).more:
+                self.synchronized.set()
             return reply
 
         return synchronize
@@ -93,7 +96,9 @@ class Session:
     async def register(self) -> NriConnection:
         vital = [plugin_method(m) for m in VITAL]
         connection = await open_connection(self.socket_path, self.handlers, vital)
-        request = api_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
+        request = api_pb2.RegisterPluginRequest(
+            plugin_name=self.name, plugin_idx=self.index, NRI_version=PLUGIN_NRI_VERSION
+        )
         try:
             await connection.call(
                 RUNTIME_SERVICE,

@@ -22,6 +22,9 @@ class Event(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POST_UPDATE_CONTAINER: _ClassVar[Event]
     STOP_CONTAINER: _ClassVar[Event]
     REMOVE_CONTAINER: _ClassVar[Event]
+    UPDATE_POD_SANDBOX: _ClassVar[Event]
+    POST_UPDATE_POD_SANDBOX: _ClassVar[Event]
+    VALIDATE_CONTAINER_ADJUSTMENT: _ClassVar[Event]
     LAST: _ClassVar[Event]
 
 class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -43,6 +46,9 @@ UPDATE_CONTAINER: Event
 POST_UPDATE_CONTAINER: Event
 STOP_CONTAINER: Event
 REMOVE_CONTAINER: Event
+UPDATE_POD_SANDBOX: Event
+POST_UPDATE_POD_SANDBOX: Event
+VALIDATE_CONTAINER_ADJUSTMENT: Event
 LAST: Event
 CONTAINER_UNKNOWN: ContainerState
 CONTAINER_CREATED: ContainerState
@@ -51,12 +57,14 @@ CONTAINER_RUNNING: ContainerState
 CONTAINER_STOPPED: ContainerState
 
 class RegisterPluginRequest(_message.Message):
-    __slots__ = ("plugin_name", "plugin_idx")
+    __slots__ = ("plugin_name", "plugin_idx", "NRI_version")
     PLUGIN_NAME_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_IDX_FIELD_NUMBER: _ClassVar[int]
+    NRI_VERSION_FIELD_NUMBER: _ClassVar[int]
     plugin_name: str
     plugin_idx: str
-    def __init__(self, plugin_name: _Optional[str] = ..., plugin_idx: _Optional[str] = ...) -> None: ...
+    NRI_version: str
+    def __init__(self, plugin_name: _Optional[str] = ..., plugin_idx: _Optional[str] = ..., NRI_version: _Optional[str] = ...) -> None: ...
 
 class UpdateContainersRequest(_message.Message):
     __slots__ = ("update", "evict")
@@ -73,14 +81,20 @@ class UpdateContainersResponse(_message.Message):
     def __init__(self, failed: _Optional[_Iterable[_Union[ContainerUpdate, _Mapping]]] = ...) -> None: ...
 
 class ConfigureRequest(_message.Message):
-    __slots__ = ("config", "runtime_name", "runtime_version")
+    __slots__ = ("config", "runtime_name", "runtime_version", "registration_timeout", "request_timeout", "NRI_version")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    NRI_VERSION_FIELD_NUMBER: _ClassVar[int]
     config: str
     runtime_name: str
     runtime_version: str
-    def __init__(self, config: _Optional[str] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ...) -> None: ...
+    registration_timeout: int
+    request_timeout: int
+    NRI_version: str
+    def __init__(self, config: _Optional[str] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ..., registration_timeout: _Optional[int] = ..., request_timeout: _Optional[int] = ..., NRI_version: _Optional[str] = ...) -> None: ...
 
 class ConfigureResponse(_message.Message):
     __slots__ = ("events",)
@@ -89,18 +103,102 @@ class ConfigureResponse(_message.Message):
     def __init__(self, events: _Optional[int] = ...) -> None: ...
 
 class SynchronizeRequest(_message.Message):
-    __slots__ = ("pods", "containers")
+    __slots__ = ("pods", "containers", "more")
     PODS_FIELD_NUMBER: _ClassVar[int]
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     pods: _containers.RepeatedCompositeFieldContainer[PodSandbox]
     containers: _containers.RepeatedCompositeFieldContainer[Container]
-    def __init__(self, pods: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ..., containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, pods: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ..., containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class SynchronizeResponse(_message.Message):
-    __slots__ = ("update",)
+    __slots__ = ("update", "more")
     UPDATE_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     update: _containers.RepeatedCompositeFieldContainer[ContainerUpdate]
-    def __init__(self, update: _Optional[_Iterable[_Union[ContainerUpdate, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, update: _Optional[_Iterable[_Union[ContainerUpdate, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class RunPodSandboxRequest(_message.Message):
+    __slots__ = ("pod",)
+    POD_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ...) -> None: ...
+
+class RunPodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UpdatePodSandboxRequest(_message.Message):
+    __slots__ = ("pod", "overhead_linux_resources", "linux_resources")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_LINUX_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    LINUX_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    overhead_linux_resources: LinuxResources
+    linux_resources: LinuxResources
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., overhead_linux_resources: _Optional[_Union[LinuxResources, _Mapping]] = ..., linux_resources: _Optional[_Union[LinuxResources, _Mapping]] = ...) -> None: ...
+
+class UpdatePodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StopPodSandboxRequest(_message.Message):
+    __slots__ = ("pod",)
+    POD_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ...) -> None: ...
+
+class StopPodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RemovePodSandboxRequest(_message.Message):
+    __slots__ = ("pod",)
+    POD_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ...) -> None: ...
+
+class RemovePodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PostCreateContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class PostCreateContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StartContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class StartContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RemoveContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class RemoveContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class CreateContainerRequest(_message.Message):
     __slots__ = ("pod", "container")
@@ -461,14 +559,26 @@ class ContainerAdjustment(_message.Message):
     def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ..., rlimits: _Optional[_Iterable[_Union[POSIXRlimit, _Mapping]]] = ...) -> None: ...
 
 class LinuxContainerAdjustment(_message.Message):
-    __slots__ = ("devices", "resources", "cgroups_path")
+    __slots__ = ("devices", "resources", "cgroups_path", "rdt")
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     CGROUPS_PATH_FIELD_NUMBER: _ClassVar[int]
+    RDT_FIELD_NUMBER: _ClassVar[int]
     devices: _containers.RepeatedCompositeFieldContainer[LinuxDevice]
     resources: LinuxResources
     cgroups_path: str
-    def __init__(self, devices: _Optional[_Iterable[_Union[LinuxDevice, _Mapping]]] = ..., resources: _Optional[_Union[LinuxResources, _Mapping]] = ..., cgroups_path: _Optional[str] = ...) -> None: ...
+    rdt: LinuxRdt
+    def __init__(self, devices: _Optional[_Iterable[_Union[LinuxDevice, _Mapping]]] = ..., resources: _Optional[_Union[LinuxResources, _Mapping]] = ..., cgroups_path: _Optional[str] = ..., rdt: _Optional[_Union[LinuxRdt, _Mapping]] = ...) -> None: ...
+
+class LinuxRdt(_message.Message):
+    __slots__ = ("clos_id", "enable_monitoring", "remove")
+    CLOS_ID_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_MONITORING_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    clos_id: OptionalString
+    enable_monitoring: OptionalBool
+    remove: bool
+    def __init__(self, clos_id: _Optional[_Union[OptionalString, _Mapping]] = ..., enable_monitoring: _Optional[_Union[OptionalBool, _Mapping]] = ..., remove: _Optional[bool] = ...) -> None: ...
 
 class ContainerUpdate(_message.Message):
     __slots__ = ("container_id", "linux", "ignore_failure")

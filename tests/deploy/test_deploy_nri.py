@@ -92,3 +92,30 @@ def test_the_old_plugin_stops_before_the_new_one_starts(
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
     }
+
+
+def test_fail_closed_runtime_settings_require_this_plugin_and_its_pod_tolerates_it(
+    overlay: dict[tuple[str, str], dict[str, Any]], pod: dict[str, Any]
+) -> None:
+    """containerd's and CRI-O's validator settings here name the plugin the DaemonSet
+    registers, with the tolerating annotation that the DaemonSet's own pods carry (else the
+    plugin could never start where it is required)."""
+    import tomllib
+
+    (container,) = pod["containers"]
+    name = (
+        parser()
+        .parse_args([a.replace("$(POD_IP)", "10.0.0.7") for a in container["args"]])
+        .plugin_name
+    )
+    containerd = tomllib.loads((OVERLAY / "containerd-require-plugin.toml").read_text())
+    validator = containerd["plugins"]["io.containerd.nri.v1.nri"]["default_validator"]
+    crio = tomllib.loads((OVERLAY / "crio-require-plugin.conf").read_text())
+    crio_validator = crio["crio"]["nri"]["default_validator"]
+    assert validator["enable"] is True and crio_validator["nri_enable_default_validator"] is True
+    assert validator["required_plugins"] == crio_validator["nri_validator_required_plugins"]
+    assert validator["required_plugins"] == [name]
+    tolerate = validator["tolerate_missing_plugins_annotation"]
+    assert tolerate == crio_validator["nri_validator_tolerate_missing_plugins_annotation"]
+    template = overlay[("DaemonSet", "resource-enforcer")]["spec"]["template"]
+    assert template["metadata"]["annotations"][tolerate] == "true"

@@ -18,7 +18,7 @@ from enforcer.metrics import NRI_EVENTS, NRI_METHODS
 from enforcer.topology import CPUSet
 from tests.support.enforcer_process import free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
-from tests.support.nri_enforcer import NriEnforcerProcess
+from tests.support.nri_enforcer import PER_EVENT_METHOD, PER_EVENT_RELEASES, NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
@@ -174,9 +174,14 @@ def nri_calls(plugin: NriEnforcerProcess) -> tuple[Calls, Calls]:
 
 
 def test_metrics_count_the_runtimes_requests_and_our_updates(
-    kubelet: KubeletEmulator, plugin: NriEnforcerProcess
+    kubelet: KubeletEmulator, plugin: NriEnforcerProcess, nri_containerd: NriContainerd
 ) -> None:
     before, _ = nri_calls(plugin)
+    # NRI v0.12 (containerd 2.4) calls a method per event; older runtimes send StateChange.
+    per_event = nri_containerd.release.name in PER_EVENT_RELEASES
+
+    def as_event(name: str) -> tuple[str, str]:
+        return (PER_EVENT_METHOD[name], "") if per_event else ("StateChange", name)
 
     def grew(method: str, event: str = "", code: str = "0") -> float:
         now, _ = nri_calls(plugin)
@@ -201,12 +206,12 @@ def test_metrics_count_the_runtimes_requests_and_our_updates(
 
     assert grew("CreateContainer") == 2
     assert grew("CreateContainer", code="8") == 1  # RESOURCE_EXHAUSTED, as the runtime got it
-    assert grew("StateChange", "RUN_POD_SANDBOX") >= 3
-    assert grew("StateChange", "START_CONTAINER") == 2
+    assert grew(*as_event("RUN_POD_SANDBOX")) >= 3
+    assert grew(*as_event("START_CONTAINER")) == 2
     assert grew("StopContainer") >= 1
-    assert grew("StateChange", "REMOVE_CONTAINER") >= 1
-    assert grew("StateChange", "STOP_POD_SANDBOX") >= 1
-    assert grew("StateChange", "REMOVE_POD_SANDBOX") >= 1
+    assert grew(*as_event("REMOVE_CONTAINER")) >= 1
+    assert grew(*as_event("STOP_POD_SANDBOX")) >= 1
+    assert grew(*as_event("REMOVE_POD_SANDBOX")) >= 1
     calls, observed = nri_calls(plugin)
     # Registration: configured and synchronized once at least (since the plugin started).
     assert calls[("Configure", "", "0")] >= 1 and calls[("Synchronize", "", "0")] >= 1
@@ -217,4 +222,4 @@ def test_metrics_count_the_runtimes_requests_and_our_updates(
     assert sum(v for (m, _, _), v in calls.items() if m == "CreateContainer") == sum(
         v for (m, _, _), v in observed.items() if m == "CreateContainer"
     )
-    assert observed[("StateChange", "START_CONTAINER", "")] >= 2
+    assert observed[(*as_event("START_CONTAINER"), "")] >= 2

@@ -12,6 +12,17 @@ from tests.support.enforcer_process import EnforcerError, EnforcerProcess, conso
 from tests.support.kubelet import RunningPod
 
 SYNCHRONIZED = "synchronizing with"
+# Runtimes of the matrix whose NRI (v0.12) calls a method per event instead of StateChange.
+PER_EVENT_RELEASES = ("containerd2.4",)
+# Each such method by the StateChange event it stands for.
+PER_EVENT_METHOD = {
+    "RUN_POD_SANDBOX": "RunPodSandbox",
+    "STOP_POD_SANDBOX": "StopPodSandbox",
+    "REMOVE_POD_SANDBOX": "RemovePodSandbox",
+    "POST_CREATE_CONTAINER": "PostCreateContainer",
+    "START_CONTAINER": "StartContainer",
+    "REMOVE_CONTAINER": "RemoveContainer",
+}
 
 
 class NriEnforcerProcess(EnforcerProcess):

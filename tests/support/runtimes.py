@@ -151,6 +151,20 @@ def _nri_section(workdir: Path, socket: Path) -> str:
 """
 
 
+TOLERATE_MISSING = "tolerate-missing-nri-plugins.noderesource.dev"
+# What docs/nri.md tells an operator of containerd 2.2+ to add: the default validator.
+REQUIRE_PLUGIN_TOML = REPO / "deploy" / "nri" / "containerd-require-plugin.toml"
+
+
+def _validator_section(required: tuple[str, ...]) -> str:
+    """deploy/nri's validator table, with ``required`` as the required plugins."""
+    text = REQUIRE_PLUGIN_TOML.read_text()
+    plugins = ", ".join(_toml_str(p) for p in required)
+    line = 'required_plugins = ["resource-enforcer"]'
+    assert line in text, f"{REQUIRE_PLUGIN_TOML} lost its line {line}"
+    return "\n" + text.replace(line, f"required_plugins = [{plugins}]")
+
+
 def render_config_v3(
     workdir: Path,
     socket: Path,
@@ -234,7 +248,9 @@ class NriContainerd(PrivateContainerd):
     PrivateContainerd); ``release`` defaults to 1.7.
 
     ``nri_socket``: where a plugin connects. The socket is re-created by containerd at each
-    start; ``wait_nri_socket()`` waits for it.
+    start; ``wait_nri_socket()`` waits for it. ``required_plugins``: turns NRI's default
+    validator on with these plugins required (as docs/nri.md tells an operator; containerd
+    2.2 and later act on it, 2.1 ignores it).
     """
 
     def __init__(
@@ -243,9 +259,11 @@ class NriContainerd(PrivateContainerd):
         *,
         release: Release | str = "containerd1.7",
         registry_config: str | os.PathLike[str] | None = None,
+        required_plugins: tuple[str, ...] = (),
         **kwargs: object,
     ) -> None:
         self.release = RELEASES[release] if isinstance(release, str) else release
+        self.required_plugins = required_plugins
         kwargs.setdefault("bin_dir", self.release.bin_dir())
         super().__init__(workdir, **kwargs)  # type: ignore[arg-type]
         self.nri_socket = str(self.workdir / "nri.sock")
@@ -261,6 +279,8 @@ class NriContainerd(PrivateContainerd):
         for d in ("nri/plugins", "nri/conf.d"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         nri = _nri_section(self.workdir, Path(self.nri_socket))
+        if self.required_plugins:
+            nri += _validator_section(self.required_plugins)
         if self.release.config_version == 3:
             return render_config_v3(
                 self.workdir,
