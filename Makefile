@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean \
-	cluster-build cluster-up cluster-down cluster-demo
+	cluster-build cluster-up cluster-down cluster-demo vm-up vm-exec vm-down
 
 system-deps:
 	./.ci/system-deps.sh
@@ -77,3 +77,14 @@ cluster-down: install
 
 cluster-demo: system-deps install
 	$(BIN)/python -m tests.support.cluster demo --mode $(MODE) --runtime $(RUNTIME)
+
+# The cgroup v2 test VM (docs/testing.md, "The cgroup v2 VM"): Debian booted by QEMU as 2 sockets
+# and 2 NUMA nodes, image built once and cached (tests/beds/vm/build.sh); run folder .vm/.
+vm-up: system-deps install
+	$(BIN)/python -m tests.support.vm up
+
+vm-exec: install
+	@$(BIN)/python -m tests.support.vm exec '$(subst ','\'',$(value CMD))'
+
+vm-down: install
+	$(BIN)/python -m tests.support.vm down
