@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus, node_mems
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -18,8 +19,8 @@ from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
-MEMS = Path("/sys/fs/cgroup/cpuset/cpuset.mems").read_text().strip()
+ALL = node_cpus()
+MEMS = node_mems()
 
 
 @pytest.fixture(scope="module")

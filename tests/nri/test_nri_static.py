@@ -16,13 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from enforcer.metrics import NRI_EVENTS, NRI_METHODS
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.enforcer_process import free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from enforcer.topology import CPUSet
 from tests.support.enforcer_process import EnforcerError, EnforcerProcess, console_script
 from tests.support.kubelet import RunningPod
+from tests.support.slow import scaled
 
 SYNCHRONIZED = "synchronizing with"
 
@@ -107,7 +108,7 @@ def wait_for(
     predicate: Callable[[], object], timeout: float = 30.0, why: Callable[[], str] = lambda: ""
 ) -> None:
     """Polls predicate until it holds; AssertionError with why() when it does not in time."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met in time\n{why()}")

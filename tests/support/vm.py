@@ -214,7 +214,7 @@ class VM:
             at = shlex.quote(str(folder))
             vm.exec(
                 f"mkdir -p {at} && (mountpoint -q {at} || mount -t 9p -o "
-                f"trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose kre{i} {at})",
+                f"trans=virtio,version=9p2000.L,ro,msize=262144,cache=none kre{i} {at})",
                 check=True,
             )
         say(f"up in {time.monotonic() - start:.0f} s (ssh port {vm.port}, checkout at {REPO})")

@@ -2,8 +2,9 @@
 # Builds the cgroup v2 test VM's disk image, kernel and initramfs (test tooling only, never in
 # the wheel or the images): Debian bookworm made with mmdebstrap from Debian's packages (systemd
 # with the unified cgroup hierarchy only, Debian's kernel, runc, python3, busybox-static, an ssh
-# server), the containerd 2.x of tests/beds/runtimes/containerd2.sh copied in, an ssh key pair of
-# its own. Cached in KRE_BEDS_CACHE (default /var/cache/kube-resource-enforcer) under a name that
+# server), the containerd 2.x of tests/beds/runtimes/containerd2.sh copied in at the path it has on
+# the host (where tests.support.runtimes looks for it; linked from /usr/local/bin), an ssh key pair
+# of its own. Cached in KRE_BEDS_CACHE (default /var/cache/kube-resource-enforcer) under a name that
 # hashes every input below, so a second run builds nothing. Prints the image folder on success.
 # The project itself is not copied in: tests.support.vm shares the checkout with virtfs (9p).
 set -euo pipefail
@@ -66,7 +67,8 @@ mmdebstrap --quiet --mode=root --format=directory --variant="$VARIANT" \
   --customize-hook='chroot "$1" systemctl enable systemd-networkd ssh >/dev/null 2>&1' \
   --customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer man-db.timer systemd-timesyncd.service >/dev/null 2>&1 || true' \
   --customize-hook="mkdir -p \"\$1/root/.ssh\" && cp $work/id_ed25519.pub \"\$1/root/.ssh/authorized_keys\" && chmod 700 \"\$1/root/.ssh\"" \
-  --customize-hook="cp $containerd_bin/containerd $containerd_bin/containerd-shim-runc-v2 $containerd_bin/ctr \"\$1/usr/local/bin/\"" \
+  --customize-hook="mkdir -p \"\$1$containerd_bin\" && cp $containerd_bin/containerd $containerd_bin/containerd-shim-runc-v2 $containerd_bin/ctr \"\$1$containerd_bin/\"" \
+  --customize-hook="for p in containerd containerd-shim-runc-v2 ctr; do ln -s $containerd_bin/\$p \"\$1/usr/local/bin/\$p\"; done" \
   --customize-hook='printf "bfq\n9p\n9pnet_virtio\n" >"$1/etc/modules-load.d/kre.conf"' \
   --customize-hook='passwd --root "$1" -d root >/dev/null' \
   --customize-hook='printf "PermitRootLogin prohibit-password\nUseDNS no\n" >"$1/etc/ssh/sshd_config.d/kre.conf"' \
