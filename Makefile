@@ -27,10 +27,12 @@ lint: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-# The cluster's builds come first, so their time shows apart; a failed build is reported here
-# and again, as a failure, by the cluster tests (tests/realcluster/), which never skip.
+# The cluster's builds and the VM's image come first, so their time shows apart; a failed build
+# is reported here and again, as a failure, by the cluster tests (tests/realcluster/) and the VM
+# tests (tests/vm/), which never skip.
 test: system-deps install lint
 	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2
+	./tests/beds/vm/build.sh >/dev/null || echo "make test: the VM image build failed; the VM tests will fail" >&2
 	$(BIN)/pytest -q
 
 # Only the image tests (also part of `make test`): both images built with podman on a Debian

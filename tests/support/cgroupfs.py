@@ -82,3 +82,15 @@ def throttle(folder: str | Path, name: str) -> str:
 def thread_ids(folder: str | Path) -> set[int]:
     """The threads in a cgroup: v2 ``cgroup.threads``, v1 ``tasks``."""
     return set(task_ids(folder))
+
+
+def memory_nodes_of(cpus: CPUSet, sysfs: str = "/sys") -> str:
+    """The NUMA nodes holding ``cpus``, as cpuset.mems shows them ("0", "0-1"), from the
+    kernel's ``devices/system/node/node*/cpulist``; "0" on a kernel without NUMA."""
+    base = Path(sysfs, "devices/system/node")
+    nodes = [
+        int(d.name[4:])
+        for d in base.glob("node[0-9]*")
+        if CPUSet.parse((d / "cpulist").read_text()) & cpus
+    ]
+    return str(CPUSet.of(*nodes)) if nodes else "0"

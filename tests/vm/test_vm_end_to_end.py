@@ -19,6 +19,7 @@ import shlex
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,8 @@ from tests.support.vm import REPO, VM, say
 
 pytestmark = pytest.mark.vm
 
-# module -> the cases of it that run in the VM (pytest -k); all on the VM's containerd 2.4.
+# module -> the cases of it that run in the VM (pytest -k); the end-to-end ones on the VM's
+# containerd 2.4 (RUNTIME).
 SUBSET: dict[str, str] = {
     "tests/e2e/test_enforcer_static.py": (
         "follow_each_other or gone_behind or changed_behind or containerd_restart "
@@ -37,6 +39,8 @@ SUBSET: dict[str, str] = {
     "tests/nri/test_nri_static.py": "follow_each_other or kubelets_update",
     "tests/nri/test_nri_classes.py": "blockio_class_writes",
 }
+# Modules that exist for the VM only (tests/vm/inside: not collected on cgroup v1), all cases.
+INSIDE = ("tests/vm/inside/test_blockio_v2.py",)
 RUNTIME = "containerd2.4"
 TIMEOUT_SCALE = 10
 REPORT = "/tmp/kre-vm-junit.xml"
@@ -52,7 +56,8 @@ class Case:
 
 def _expression() -> str:
     either = " or ".join(f"({k})" for k in SUBSET.values())
-    return f"{RUNTIME} and ({either})"
+    inside = " or ".join(Path(m).stem for m in INSIDE)
+    return f"({RUNTIME} and ({either})) or {inside}"
 
 
 def _cases(report: str) -> list[Case]:
@@ -76,7 +81,7 @@ def inside(vm: VM) -> tuple[list[Case], str]:
     command = (
         f"cd {shlex.quote(str(REPO))} && CI=true KRE_TIMEOUT_SCALE={TIMEOUT_SCALE} "
         "PYTHONDONTWRITEBYTECODE=1 .venv/bin/pytest -p no:cacheprovider -q -rfE "
-        f"--junitxml={REPORT} {' '.join(SUBSET)} -k {shlex.quote(_expression())} 2>&1"
+        f"--junitxml={REPORT} {' '.join([*SUBSET, *INSIDE])} -k {shlex.quote(_expression())} 2>&1"
     )
     start = time.monotonic()
     done = vm.exec(command, timeout=3600)
@@ -88,7 +93,7 @@ def inside(vm: VM) -> tuple[list[Case], str]:
     return _cases(report), done.stdout
 
 
-@pytest.mark.parametrize("module", sorted(SUBSET))
+@pytest.mark.parametrize("module", sorted([*SUBSET, *INSIDE]))
 def test_module_passes_in_the_cgroup_v2_vm(inside: tuple[list[Case], str], module: str) -> None:
     cases, output = inside
     mine = [c for c in cases if c.module == module]
