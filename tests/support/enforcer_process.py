@@ -154,5 +154,5 @@ class EnforcerProcess:
             [console_script("resource-enforcer"), *args],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
         )
