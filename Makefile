@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install system-deps bench-deps test test-images lint demo bench proto constraints clean \
-	cluster-build cluster-up cluster-down cluster-demo helm-build
+	cluster-build cluster-up cluster-down cluster-demo helm-build vm-up vm-exec vm-down
 
 system-deps:
 	./.ci/system-deps.sh
@@ -27,12 +27,13 @@ lint: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-# The cluster's builds come first, so their time shows apart; a failed build is reported here
-# and again, as a failure, by the cluster tests (tests/realcluster/), which never skip.
-# helm (tests/helm/, the chart's install on the cluster) is built from its pinned Go module once,
-# then cached: a failed build fails `make test` here.
+# The cluster's builds and the VM's image come first, so their time shows apart; a failed build
+# is reported here and again, as a failure, by the cluster tests (tests/realcluster/) and the VM
+# tests (tests/vm/), which never skip. helm (tests/helm/, the chart's install on the cluster) is
+# built from its pinned Go module once, then cached: a failed build fails `make test` here.
 test: system-deps install lint helm-build
 	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2
+	./tests/beds/vm/build.sh >/dev/null || echo "make test: the VM image build failed; the VM tests will fail" >&2
 	$(BIN)/pytest -q
 
 # Only the image tests (also part of `make test`): both images built with podman on a Debian
@@ -82,3 +83,14 @@ cluster-down: install
 
 cluster-demo: system-deps install
 	$(BIN)/python -m tests.support.cluster demo --mode $(MODE) --runtime $(RUNTIME)
+
+# The cgroup v2 test VM (docs/testing.md, "The cgroup v2 VM"): Debian booted by QEMU as 2 sockets
+# and 2 NUMA nodes, image built once and cached (tests/beds/vm/build.sh); run folder .vm/.
+vm-up: system-deps install
+	$(BIN)/python -m tests.support.vm up
+
+vm-exec: install
+	@$(BIN)/python -m tests.support.vm exec '$(subst ','\'',$(value CMD))'
+
+vm-down: install
+	$(BIN)/python -m tests.support.vm down

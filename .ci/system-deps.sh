@@ -31,6 +31,12 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+# tests/vm: the cgroup v2 test VM (tests/beds/vm/build.sh, tests/support/vm.py): QEMU's software
+# emulation, qemu-img for its overlay disks, mkfs.ext4 -d for its image, ssh into it.
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v ssh >/dev/null || need+=(openssh-client)
 
 # containerd 1.7 with NRI for the NRI plugin's tests, beside (never instead of) the system's;
 # then the rest of the runtime matrix and critest (tests/beds/runtimes, docs/testing.md).

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -22,7 +23,7 @@ from tests.support.pods import manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED, SPARE = sorted(ALL)[:2]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.support.cgroupfs import thread_ids, throttle
 from tests.support.containerd import PrivateContainerd
 from tests.support.disks import whole_disk
 from tests.support.enforcer_process import EnforcerProcess
@@ -96,11 +97,11 @@ def classy(name: str, namespace: str = "e2e", **annotations: str) -> dict:
 
 
 def tids(pod: RunningPod) -> set[int]:
-    return {int(t) for t in Path(pod.cgroup_path("cpuset", "app"), "tasks").read_text().split()}
+    return thread_ids(pod.cgroup_path("cpuset", "app"))
 
 
 def blkio(pod: RunningPod, name: str) -> str:
-    return Path(pod.cgroup_path("blkio", "app"), f"blkio.throttle.{name}_device").read_text()
+    return throttle(pod.cgroup_path("blkio", "app"), name)
 
 
 def test_rdt_class_holds_the_containers_real_processes(setup, kubelet: KubeletEmulator) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from enforcer.topology import CPUSet, read_topology
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.fake_cpufreq import SCALING_MAX, SCALING_MIN, class_files, make_sysfs, read
@@ -34,7 +35,7 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
     return containerd16
 
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED, SPARE = sorted(ALL)[:2]
 CLASSES = (
     "cpuClasses:\n"

@@ -15,6 +15,7 @@ import pytest
 
 from enforcer.cri import api_pb2
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.images import BUSYBOX_IMAGE
@@ -23,7 +24,7 @@ from tests.support.pods import guaranteed, manifest
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 # Longer than the 10 s the enforcer used to give calls in flight, shorter than its grace here.
 STOP_TIMEOUT = 12

@@ -22,6 +22,7 @@ from enforcer.configuration import parse_config
 from enforcer.topology import CPUSet
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Policy, build_annotation
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.disks import whole_disk
 from tests.support.enforcer_process import EnforcerProcess
@@ -30,7 +31,7 @@ from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 BUDGET = {"cpu": "1", "memory": "64Mi"}
 

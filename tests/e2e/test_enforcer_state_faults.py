@@ -19,6 +19,7 @@ import pytest
 from enforcer.cri import api_pb2
 from enforcer.state.store import encode_state
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess, free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -34,7 +35,7 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import memory_nodes_of, node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -18,8 +19,7 @@ from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
-MEMS = Path("/sys/fs/cgroup/cpuset/cpuset.mems").read_text().strip()
+ALL = node_cpus()
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +50,24 @@ def cpuset(pod: RunningPod, file: str) -> str:
 def test_exclusive_and_shared_with_memory_pinned(
     kubelet: KubeletEmulator, relay: EnforcerProcess
 ) -> None:
+    # The shared container runs in one pool of the machine's tree: all of a one-node machine,
+    # a NUMA node of a machine with several (the VM's 2); its memory on the nodes of its CPUs.
     shared = kubelet.run_pod(manifest("burst", sleeper(resources={"requests": {"cpu": "100m"}})))
-    assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == ALL
+    pool = CPUSet.parse(cpuset(shared, "cpuset.cpus"))
+    assert pool and pool <= ALL
+    assert cpuset(shared, "cpuset.mems") == memory_nodes_of(pool)
     exclusive = kubelet.run_pod(manifest("pinned", sleeper(resources=guaranteed("1"))))
     mine = CPUSet.parse(cpuset(exclusive, "cpuset.cpus"))
     assert len(mine) == 1
-    # The shared container, running all along, was moved off the exclusive CPU...
-    assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == ALL - mine
+    # The shared container, running all along, was moved off the exclusive CPU (if it had it)...
+    assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == pool - mine
     # ...and both have their memory pinned to the node of their CPUs.
-    assert cpuset(exclusive, "cpuset.mems") == MEMS == cpuset(shared, "cpuset.mems")
+    assert cpuset(exclusive, "cpuset.mems") == memory_nodes_of(mine)
+    assert cpuset(shared, "cpuset.mems") == memory_nodes_of(pool - mine)
     out = relay.run_cli("status", "--state-dir", relay.state_dir)
     assert "policy topology-aware" in out.stdout and "pinned" in out.stdout
     kubelet.remove_pod(exclusive)
-    assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == ALL
+    assert CPUSet.parse(cpuset(shared, "cpuset.cpus")) == pool
 
 
 # Two CPUs, one reserved: the machine of issue 11's defect 7 (this one, where it has 2 CPUs;

@@ -14,13 +14,14 @@ from pathlib import Path
 import grpc
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 STEPS = 24
 NS = "nri-agree"

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus, thread_ids, throttle
 from tests.support.disks import whole_disk
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -21,7 +22,7 @@ from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 
 
@@ -85,7 +86,7 @@ def classy(name: str, namespace: str = "nri-cls", **annotations: str) -> dict:
 
 
 def tids(pod: RunningPod) -> set[int]:
-    return {int(t) for t in Path(pod.cgroup_path("cpuset", "app"), "tasks").read_text().split()}
+    return thread_ids(pod.cgroup_path("cpuset", "app"))
 
 
 def test_rdt_class_holds_the_containers_processes(setup, kubelet: KubeletEmulator) -> None:
@@ -102,8 +103,8 @@ def test_blockio_class_writes_the_real_disks_throttles(setup, kubelet: KubeletEm
     pod = kubelet.run_pod(
         classy("throttled", **{"blockioclass.resource-enforcer.dev/container.app": "throttled"})
     )
-    read_bps = Path(pod.cgroup_path("blkio", "app"), "blkio.throttle.read_bps_device")
-    assert read_bps.read_text() == f"{DISK_KEY} 50000000\n", setup[0].log_tail()
+    read_bps = throttle(pod.cgroup_path("blkio", "app"), "read_bps")
+    assert read_bps == f"{DISK_KEY} 50000000\n", setup[0].log_tail()
     kubelet.remove_pod(pod)
 
 
@@ -177,8 +178,12 @@ def test_changed_class_definitions_reach_running_containers(
     pod = kubelet.run_pod(
         classy("live", **{"blockioclass.resource-enforcer.dev/container.app": "throttled"})
     )
-    read_bps = Path(pod.cgroup_path("blkio", "app"), "blkio.throttle.read_bps_device")
-    assert read_bps.read_text() == f"{DISK_KEY} 50000000\n"
+    folder = pod.cgroup_path("blkio", "app")
+
+    def read_bps() -> str:
+        return throttle(folder, "read_bps")
+
+    assert read_bps() == f"{DISK_KEY} 50000000\n"
 
     def until(predicate) -> None:
         deadline = time.monotonic() + 15
@@ -188,11 +193,11 @@ def test_changed_class_definitions_reach_running_containers(
 
     try:
         config.write_text(CONFIG.replace("50M", "20M"))
-        until(lambda: read_bps.read_text() == f"{DISK_KEY} 20000000\n")
+        until(lambda: read_bps() == f"{DISK_KEY} 20000000\n")
         config.write_text(CONFIG.replace("50M", "20M") + "bogus: 1\n")
         until(lambda: "bogus: Extra inputs are not permitted" in proc.log_tail(400))
-        assert read_bps.read_text() == f"{DISK_KEY} 20000000\n"
+        assert read_bps() == f"{DISK_KEY} 20000000\n"
     finally:
         config.write_text(CONFIG)
-        until(lambda: read_bps.read_text() == f"{DISK_KEY} 50000000\n")
+        until(lambda: read_bps() == f"{DISK_KEY} 50000000\n")
     kubelet.remove_pod(pod)

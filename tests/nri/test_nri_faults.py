@@ -18,12 +18,13 @@ import grpc
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 NS = "nri-faults"
 

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd17 import NriContainerd, containerd17_available
 from tests.support.kubelet import KubeletEmulator
 from tests.support.manifests import kustomize
 from tests.support.nri_enforcer import NriEnforcerProcess, cpus_of, health, wait_for
 from tests.support.pods import guaranteed, manifest, sleeper
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 NS = "nri-left-out"
 # Kubernetes caps all annotations of a pod together at 256 KiB: 230 KiB is legal, and twenty

@@ -19,12 +19,13 @@ from enforcer.app.nri import EXIT_LOCKED_OUT, hold_state_lock, serve_nri
 from enforcer.handover import StateLock
 from enforcer.options import RunOptions
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import node_cpus
 from tests.support.containerd17 import NriContainerd, containerd17_available
 from tests.support.kubelet import KubeletEmulator
 from tests.support.nri_enforcer import NriEnforcerProcess, cpus_of, health, wait_for
 from tests.support.pods import guaranteed, manifest, sleeper
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 NS = "nri-second"
 BURSTABLE = {"requests": {"cpu": "100m"}}

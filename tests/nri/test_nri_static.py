@@ -16,13 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from enforcer.metrics import NRI_EVENTS, NRI_METHODS
 from enforcer.topology import CPUSet
+from tests.support.cgroupfs import memory_limit, node_cpus
 from tests.support.enforcer_process import free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import PER_EVENT_METHOD, PER_EVENT_RELEASES, NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
 
-ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
 
 
@@ -121,13 +122,13 @@ def test_kubelets_update_keeps_the_pinning_and_a_resize_that_does_not_fit_is_ref
          "memory_limit_in_bytes": 128 << 20, "cpuset_cpus": str(ALL)},
     )  # fmt: skip
     assert cpus_of(pod) == pinned
-    limit = Path(pod.cgroup_path("memory", "app"), "memory.limit_in_bytes").read_text()
-    assert int(limit) == 128 << 20
-    # An in-place resize to 2 exclusive CPUs: only one is not reserved.
+    assert memory_limit(pod.cgroup_path("memory", "app")) == 128 << 20
+    # An in-place resize to one exclusive CPU more than the machine has unreserved.
+    more = len(ALL - RESERVED) + 1
     with pytest.raises(grpc.RpcError) as resize:
         kubelet.update_container_resources(
             pod.container_id("app"),
-            {"cpu_period": 100000, "cpu_quota": 200000, "cpu_shares": 2048,
+            {"cpu_period": 100000, "cpu_quota": more * 100000, "cpu_shares": more * 1024,
              "memory_limit_in_bytes": 128 << 20},
         )  # fmt: skip
     assert "resize refused" in resize.value.details(), resize.value.details()

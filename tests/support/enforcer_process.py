@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from enforcer.cri import api_pb2, api_pb2_grpc
+from tests.support.slow import scaled
 
 
 class EnforcerError(RuntimeError):
@@ -91,7 +92,11 @@ class EnforcerProcess:
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(scaled(timeout))
+            except BaseException:
+                self.stop(signal.SIGKILL)  # never left running behind a failed start
+                raise
         return self
 
     def wait_ready(self, timeout: float = 20.0) -> None:
@@ -122,7 +127,7 @@ class EnforcerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            code = self.proc.wait(timeout)
+            code = self.proc.wait(scaled(timeout))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
@@ -149,5 +154,5 @@ class EnforcerProcess:
             [console_script("resource-enforcer"), *args],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
         )

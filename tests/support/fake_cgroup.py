@@ -109,3 +109,28 @@ def make_v1(
         _write(level, files)
     (folder / "tasks").write_text("".join(f"{t}\n" for t in threads))
     return folder
+
+
+def set_v2_cpuset(
+    folder: str | Path, cpus: str, mems: str, *, node_cpus: str, node_mems: str
+) -> None:
+    """A v2 cpuset as the kernel shows it in ``folder``: ``cpuset.cpus``/``cpuset.mems`` as
+    written (empty: nobody wrote one, the parent's apply), the ``.effective`` files with what is
+    in effect, ``cpuset.cpus.partition`` a member. Also gives the root its ``.effective`` files
+    (the v2 root has no ``cpuset.cpus`` of its own)."""
+    at = Path(folder)
+    _write(
+        at,
+        {
+            "cpuset.cpus": f"{cpus}\n",
+            "cpuset.mems": f"{mems}\n",
+            "cpuset.cpus.effective": f"{cpus or node_cpus}\n",
+            "cpuset.mems.effective": f"{mems or node_mems}\n",
+            "cpuset.cpus.partition": "member\n",
+        },
+    )
+    root = next(p for p in (at, *at.parents) if not (p.parent / "cgroup.controllers").exists())
+    _write(
+        root,
+        {"cpuset.cpus.effective": f"{node_cpus}\n", "cpuset.mems.effective": f"{node_mems}\n"},
+    )

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from enforcer.controllers.cgroups import cgroup_path
+from enforcer.controllers.cgroups import cgroup_path, cgroup_version
 from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.decode.kubelet import (
     cgroup_parent_for,
@@ -292,7 +292,10 @@ class RunningPod:
     def cgroup_path(
         self, controller: str | None, container: str, cgroupfs_root: str = "/sys/fs/cgroup"
     ) -> str:
-        """cgroup folder of the container named ``container`` in this pod."""
+        """cgroup folder of the container named ``container`` in this pod; ``controller`` names
+        the v1 hierarchy and is left out on cgroup v2 (one tree for every controller)."""
+        if cgroup_version(cgroupfs_root) == 2:
+            controller = None
         return cgroup_path(
             controller, self.cgroup_parent, self.container_id(container), cgroupfs_root
         )

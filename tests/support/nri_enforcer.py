@@ -10,6 +10,7 @@ from pathlib import Path
 from enforcer.topology import CPUSet
 from tests.support.enforcer_process import EnforcerError, EnforcerProcess, console_script
 from tests.support.kubelet import RunningPod
+from tests.support.slow import scaled
 
 SYNCHRONIZED = "synchronizing with"
 # Runtimes of the matrix whose NRI (v0.12) calls a method per event instead of StateChange.
@@ -118,7 +119,7 @@ def wait_for(
     predicate: Callable[[], object], timeout: float = 30.0, why: Callable[[], str] = lambda: ""
 ) -> None:
     """Polls predicate until it holds; AssertionError with why() when it does not in time."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met in time\n{why()}")

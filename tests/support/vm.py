@@ -1,0 +1,262 @@
+"""The cgroup v2 test VM: boot, run commands in, stop (``make vm-up``, ``vm-exec``, ``vm-down``).
+
+The image (Debian, systemd with the unified cgroup hierarchy only, Debian's kernel, runc,
+containerd 2.x, an ssh server) is built and cached by ``tests/beds/vm/build.sh``. The VM boots it
+with QEMU's software emulation (KVM guests hang on this kind of machine, FACTS.md) as 2 sockets x
+1 core x 2 threads = 4 vCPUs in 2 NUMA nodes, on a copy-on-write overlay of the cached disk (the
+cache stays pristine), with a second, empty virtio disk for the block-I/O tests. The checkout is
+shared read-only with virtfs (9p) at the same path as on the host, so its ``.venv`` (the host is
+Debian bookworm too: same Python, same libc) runs in the VM as it is. Commands go over ssh to a
+port on the loopback that QEMU forwards. Its run folder is ``.vm/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "tests" / "beds" / "vm" / "build.sh"
+# The emulated machine: CPUs 0-1 are socket 0's core's two threads (NUMA node 0), 2-3 socket 1's.
+SOCKETS, CORES, THREADS = 2, 1, 2
+MEMORY_MB = 2048
+SCRATCH_DISK = "64M"
+BOOT_DEADLINE = 300.0  # s: TCG boots in about a minute; the machine is shared and noisy
+CPU_MODEL = "max,vendor=GenuineIntel"  # Intel's topology leaf: the kernel then sees the SMT threads
+
+
+def shares() -> list[Path]:
+    """Folders shared read-only into the VM at their own paths: the checkout, the virtual
+    environment running this (when it lies outside the checkout) and its interpreter (when it is
+    not the system's, e.g. pyenv's), so that the checkout's tests run in the VM as they are."""
+    found: list[Path] = []
+    for folder in (REPO, Path(sys.prefix), Path(sys.base_prefix)):
+        folder = folder.resolve()
+        if folder == Path("/usr") or any(folder.is_relative_to(f) for f in found):
+            continue
+        found.append(folder)
+    return found
+
+
+class VMError(RuntimeError):
+    """The VM could not be built, booted or reached."""
+
+
+def say(message: str) -> None:
+    print(f"vm: {message}", file=sys.stderr, flush=True)
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get("KRE_VM", REPO / ".vm"))
+
+
+def qemu_command(image: Path, run: Path, port: int) -> list[str]:
+    """The QEMU command line that boots ``image`` (a build.sh folder) with its state in ``run``."""
+    cpus = SOCKETS * CORES * THREADS
+    per_node = cpus // SOCKETS
+    numa: list[str] = []
+    for node in range(SOCKETS):
+        numa += [
+            "-object", f"memory-backend-ram,id=m{node},size={MEMORY_MB // SOCKETS}M",
+            "-numa", f"node,nodeid={node},memdev=m{node},"
+            f"cpus={node * per_node}-{(node + 1) * per_node - 1}",
+        ]  # fmt: skip
+    virtfs: list[str] = []
+    for i, folder in enumerate(shares()):
+        virtfs += [
+            "-virtfs",
+            f"local,path={folder},mount_tag=kre{i},security_model=none,readonly=on",
+        ]
+    append = (
+        "root=LABEL=kreroot rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 "
+        "cgroup_no_v1=all net.ifnames=1 quiet"
+    )
+    return [
+        "qemu-system-x86_64",
+        "-accel", "tcg,thread=multi", "-cpu", CPU_MODEL,
+        "-smp", f"{cpus},sockets={SOCKETS},cores={CORES},threads={THREADS}",
+        "-m", str(MEMORY_MB), *numa,
+        "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
+        "-append", append,
+        "-drive", f"file={run / 'root.qcow2'},if=virtio,format=qcow2,cache=unsafe",
+        "-drive", f"file={run / 'scratch.qcow2'},if=virtio,format=qcow2,cache=unsafe",
+        "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:22",
+        "-device", "virtio-net-pci,netdev=n0",
+        *virtfs,
+        "-display", "none", "-serial", f"file:{run / 'console.log'}",
+        "-pidfile", str(run / "qemu.pid"), "-daemonize",
+    ]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class VM:
+    """A booted (or bootable) VM whose run folder is ``run``."""
+
+    run: Path
+    image: Path
+    port: int
+
+    @classmethod
+    def attach(cls, run: Path | None = None) -> VM:
+        """The VM that ``up`` recorded in ``run``; VMError when there is none."""
+        folder = run or default_folder()
+        try:
+            rec = json.loads((folder / "vm.json").read_text())
+            return cls(folder, Path(rec["image"]), int(rec["port"]))
+        except (OSError, ValueError, KeyError) as e:
+            raise VMError(f"no VM recorded in {folder} ({e}); run `make vm-up` first") from e
+
+    # -- running commands -------------------------------------------------------------------
+    def ssh_command(self, command: str) -> list[str]:
+        return [
+            "ssh", "-q", "-i", str(self.image / "id_ed25519"), "-p", str(self.port),
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
+            "root@127.0.0.1", command,
+        ]  # fmt: skip
+
+    def exec(
+        self, command: str, *, timeout: float = 600.0, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs ``command`` as root in the VM (a shell command line); output captured."""
+        done = subprocess.run(
+            self.ssh_command(command), capture_output=True, text=True, timeout=timeout
+        )
+        if check and done.returncode != 0:
+            raise VMError(
+                f"in the VM, `{command}` exited {done.returncode}: "
+                f"{(done.stderr or done.stdout).strip()[-2000:]}"
+            )
+        return done
+
+    def read(self, path: str) -> str:
+        """A file's text in the VM (cgroup and sysfs files)."""
+        return self.exec(f"cat {shlex.quote(path)}", check=True, timeout=60).stdout
+
+    def reachable(self) -> bool:
+        try:
+            return self.exec("true", timeout=30).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def pid(self) -> int | None:
+        try:
+            pid = int((self.run / "qemu.pid").read_text().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @classmethod
+    def up(cls, run: Path | None = None) -> VM:
+        """Builds the image when it is not cached, boots it and waits until ssh answers and the
+        checkout is mounted. A VM already running from ``run`` is reused."""
+        folder = run or default_folder()
+        if (folder / "vm.json").exists():
+            vm = cls.attach(folder)
+            if vm.pid() is not None and vm.reachable():
+                say(f"already up (ssh port {vm.port})")
+                return vm
+            vm.down()
+        for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
+            if shutil.which(tool) is None:
+                raise VMError(f"{tool} is missing; .ci/system-deps.sh installs it (as root)")
+        built = subprocess.run([str(BUILD)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise VMError(f"{BUILD} failed: {built.stderr.strip()[-3000:]}")
+        image = Path(built.stdout.strip().splitlines()[-1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, backing, size in (
+            ("root.qcow2", image / "disk.raw", None),
+            ("scratch.qcow2", None, SCRATCH_DISK),
+        ):
+            args = ["qemu-img", "create", "-q", "-f", "qcow2"]
+            if backing is not None:
+                args += ["-b", str(backing), "-F", "raw"]
+            args += [str(folder / name)] + ([size] if size else [])
+            subprocess.run(args, check=True, capture_output=True)
+        vm = cls(folder, image, _free_port())
+        (folder / "console.log").unlink(missing_ok=True)
+        start = time.monotonic()
+        booted = subprocess.run(
+            qemu_command(image, folder, vm.port), capture_output=True, text=True
+        )
+        if booted.returncode != 0:
+            raise VMError(f"qemu did not start: {booted.stderr.strip()}")
+        (folder / "vm.json").write_text(json.dumps({"image": str(image), "port": vm.port}))
+        deadline = start + BOOT_DEADLINE
+        while not vm.reachable():
+            if vm.pid() is None:
+                raise VMError(f"qemu exited while booting; see {folder / 'console.log'}")
+            if time.monotonic() > deadline:
+                vm.down()
+                raise VMError(f"no ssh after {BOOT_DEADLINE:.0f} s; see {folder / 'console.log'}")
+            time.sleep(2)
+        for i, folder in enumerate(shares()):
+            at = shlex.quote(str(folder))
+            vm.exec(
+                f"mkdir -p {at} && (mountpoint -q {at} || mount -t 9p -o "
+                f"trans=virtio,version=9p2000.L,ro,msize=262144,cache=none kre{i} {at})",
+                check=True,
+            )
+        say(f"up in {time.monotonic() - start:.0f} s (ssh port {vm.port}, checkout at {REPO})")
+        return vm
+
+    def down(self) -> None:
+        """Stops QEMU (a clean poweroff first) and removes the run folder's disks and record."""
+        pid = self.pid()
+        if pid is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.exec("systemctl poweroff", timeout=20)
+            deadline = time.monotonic() + 60
+            while self.pid() is not None and time.monotonic() < deadline:
+                time.sleep(1)
+            if self.pid() is not None:
+                os.kill(pid, signal.SIGKILL)
+                while self.pid() is not None:
+                    time.sleep(0.2)
+        for name in ("root.qcow2", "scratch.qcow2", "vm.json", "qemu.pid"):
+            (self.run / name).unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.vm")
+    parser.add_argument("command", choices=["up", "exec", "down"])
+    parser.add_argument("cmd", nargs="?", default="", help="exec: the command line to run")
+    parser.add_argument("--dir", type=Path, default=None, help="the run folder (.vm)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            VM.up(args.dir)
+        elif args.command == "down":
+            if (args.dir or default_folder()).joinpath("vm.json").exists():
+                VM.attach(args.dir).down()
+        else:
+            vm = VM.attach(args.dir)
+            return subprocess.run(vm.ssh_command(args.cmd)).returncode
+    except VMError as e:
+        say(str(e))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
