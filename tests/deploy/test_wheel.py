@@ -53,6 +53,14 @@ def test_the_wheel_holds_the_programs_and_their_contract(wheel_files: list[str])
         assert module in wheel_files
 
 
+def test_the_wheel_holds_no_protobuf_generator(wheel_files: list[str]) -> None:
+    """The generators need grpc_tools and the repository's proto/: they live in tools/."""
+    generators = [
+        f for f in wheel_files if f.startswith("tools/") or "generate" in f or "protogen" in f
+    ]
+    assert generators == []
+
+
 def test_the_wheel_holds_no_test_or_demo_tooling(wheel_files: list[str]) -> None:
     tooling = [
         f
