@@ -26,7 +26,8 @@ from enforcer.engine.ports import Runtime
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
 from enforcer.state import StateStore
-from enforcer.topology import Topology, TopologyError, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import Topology, TopologyError
 from enforcer.worker import EngineWorker
 from resource_contract.config import ConfigError, is_host_port
 

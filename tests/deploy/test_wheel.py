@@ -42,13 +42,14 @@ def _packages(files: list[str]) -> set[str]:
 
 
 def test_the_wheel_holds_the_programs_and_their_contract(wheel_files: list[str]) -> None:
-    assert _packages(wheel_files) == {"enforcer", "webhook", "resource_contract"}
+    assert _packages(wheel_files) == {"enforcer", "webhook", "resource_contract", "resource_files"}
     for module in (
         "enforcer/cli.py",
         "enforcer/cri/api_pb2.py",
         "webhook/cli.py",
         "resource_contract/config.py",
         "resource_contract/pod_annotation.py",
+        "resource_files/safe_files.py",
     ):
         assert module in wheel_files
 
