@@ -51,11 +51,11 @@ bench-deps:
 bench: install bench-deps
 	$(BIN)/python -m bench
 
-# Regenerates the CRI, NRI and ttrpc modules from proto/; tests/test_proto.py and
-# tests/test_nri_proto.py prove the committed ones are current.
+# Regenerates the CRI, NRI and ttrpc modules from proto/ with the generators in tools/ (not in
+# the wheel); tests/test_proto.py and tests/test_nri_proto.py prove the committed ones current.
 proto: install
-	$(BIN)/python -m enforcer.cri.generate
-	$(BIN)/python -m enforcer.nriapi.generate
+	$(BIN)/python -m tools.generate_cri
+	$(BIN)/python -m tools.generate_nri
 
 # After `pip install -U ...` in the venv and a green `make test`: pin what it has now.
 constraints: install

@@ -44,7 +44,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, make_policy
-from enforcer.topology import Topology, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import Topology
 from resource_contract.config import PolicyConfig
 from tests.support.snapshots import SNAPSHOTS, extract_snapshots
 

@@ -222,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return supervise(child_command(sys.argv[1:] if argv is None else argv))
     if args.command == "nri":
         setup_logging(args.log_level, args.log_format)
+        from enforcer.app.daemon import on_uvloop
         from enforcer.app.nri import serve_nri
-        from enforcer.app.run import on_uvloop
 
         return on_uvloop(
             serve_nri(

@@ -1,6 +1,7 @@
 """The enforcer's configuration, read whole: the contract's schema, then its controllers' checks.
 
-The webhook reads the same file through `resource_contract.config` alone; the enforcer also
+The webhook reads the same file through `resource_files.config_file` (the schema of
+`resource_contract.config`) alone; the enforcer also
 checks the goresctrl value formats of `rdt` and `blockio` before it uses them.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 from enforcer.controllers.registry import CONFIG_CHECKS
 from resource_contract import config as schema
 from resource_contract.config import Config
+from resource_files import config_file
 
 
 def parse_config(data: Any) -> Config:
@@ -21,4 +23,4 @@ def parse_config(data: Any) -> Config:
 
 def load_config(path: str | Path) -> Config:
     """Reads and validates a configuration file."""
-    return schema.load_config(path, CONFIG_CHECKS)
+    return config_file.load_config(path, CONFIG_CHECKS)

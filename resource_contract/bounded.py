@@ -13,17 +13,15 @@ ValueError with a one-line reason, for anything beyond them:
   composer builds the tree (an alias counts as the nodes it stands for, and an alias to a
   node that contains it is refused), so nothing deeper or bigger is ever built.
 - `decode_utf8`: bytes that are not UTF-8, refused in one line with the offset.
-- `read_bounded`: a file read without blocking (a FIFO or a device is refused, not waited
-  on) and without reading more than the bound.
+
+Pure: the files themselves are read by `resource_files.reads` (without blocking, never more
+than the bound).
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
-import stat
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -32,10 +30,6 @@ import yaml
 
 class BoundError(ValueError):
     """Input beyond its kind's bounds, or not text: the message says which bound and by how much."""
-
-
-class NotRegularFile(OSError):
-    """A path that is not a regular file (a FIFO, a device, a socket): refused unread."""
 
 
 class Limits(NamedTuple):
@@ -217,66 +211,3 @@ def decode_utf8(raw: bytes) -> str:
         raise BoundError(
             f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
-
-
-def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """The bytes of the regular file at `path`, at most `max_bytes` of them. Never blocks on
-    a FIFO or a device: opened with O_NONBLOCK and refused (NotRegularFile) unless regular.
-    BoundError when the file is larger; OSError when it cannot be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(
-                errno.EINVAL, f"not a regular file (a {_kind(mode)}); refused unread", str(path)
-            )
-        chunks = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise BoundError(f"larger than {size_text(max_bytes)}")
-    return data
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
-
-
-def read_text_file(path: str | os.PathLike[str], limits: Limits) -> str:
-    """A UTF-8 text file within `limits.max_bytes`: OSError (NotRegularFile included) when it
-    cannot be read, BoundError when too large or not UTF-8."""
-    return decode_utf8(read_bounded(path, limits.max_bytes))
-
-
-# A sysfs, resctrl or cgroup value: the kernel writes at most a page for most, and a CPU list of
-# the largest machine is about 40 KB; a file beyond this is not a kernel's value.
-VALUE_FILE_MAX_BYTES = 1 << 20
-
-
-def read_value_file(path: str | os.PathLike[str]) -> str:
-    """A kernel value file's text (sysfs, resctrl, cgroups; ASCII, anything else replaced):
-    never blocks on a FIFO and never reads more than VALUE_FILE_MAX_BYTES. Any refusal is an
-    OSError (NotRegularFile, EFBIG), as the callers' other read failures are."""
-    try:
-        raw = read_bounded(path, VALUE_FILE_MAX_BYTES)
-    except BoundError as exc:
-        raise OSError(errno.EFBIG, str(exc), str(path)) from None
-    return raw.decode("ascii", "replace")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -26,7 +25,7 @@ from pydantic import (
 )
 
 from resource_contract.balloons import BalloonAccess
-from resource_contract.bounded import BoundError, Limits, load_yaml, read_text_file
+from resource_contract.bounded import BoundError, Limits, load_yaml
 from resource_contract.classes import (
     CLASS_NAME_PATTERN,
     ClassAccess,
@@ -594,20 +593,3 @@ def config_data(text: str, source: str) -> Any:
         raise ConfigError([f"{source}: {exc}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{source}: not valid YAML: {exc}"]) from None
-
-
-def read_config_data(path: str | Path) -> Any:
-    """A configuration file's YAML: a regular file of UTF-8 text within CONFIG_LIMITS;
-    ConfigError saying why not, one line."""
-    try:
-        text = read_text_file(path, CONFIG_LIMITS)
-    except BoundError as exc:
-        raise ConfigError([f"{path}: {exc}"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    return config_data(text, str(path))
-
-
-def load_config(path: str | Path, checks: Iterable[ConfigCheck] = ()) -> Config:
-    """Reads and validates a configuration file (see `parse_config`)."""
-    return parse_config(read_config_data(path), checks)

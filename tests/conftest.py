@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.topology import Topology, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import Topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
 from tests.support.runtimes import RELEASES, NriContainerd
 from tests.support.snapshots import extract_snapshots

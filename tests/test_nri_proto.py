@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from enforcer.nriapi import api_pb2, generate, request_pb2
+from enforcer.nriapi import api_pb2, request_pb2
+from tools import generate_nri as generate
 
 
 def test_generated_modules_are_current(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from enforcer.cri import api_pb2, api_pb2_grpc, generate
+from enforcer.cri import api_pb2, api_pb2_grpc
+from tools import generate_cri as generate
 
 # -- generated code is current ----------------------------------------------------------------
 

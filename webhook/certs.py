@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from resource_contract.safe_files import private_dir, read_file, write_file
+from resource_files.safe_files import private_dir, read_file, write_file
 
 DEFAULT_SECRET_NAME = "resource-webhook-tls"
 CA_DAYS = 3650

@@ -80,7 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
     config = None
     if args.config:
         # Imported here, as the server stack below: `certs` and `--help` stay fast.
-        from resource_contract.config import ConfigError, load_config
+        from resource_contract.config import ConfigError
+        from resource_files.config_file import load_config
 
         try:
             config = load_config(args.config)

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from resource_contract.safe_files import private_dir, write_file
+from resource_files.safe_files import private_dir, write_file
 
 HEALTH_SECONDS = 5.0
 SERVING = "serving"

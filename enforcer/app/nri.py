@@ -1,4 +1,4 @@
-"""`resource-enforcer nri`: the engine as an NRI plugin of the runtime, until stopped.
+"""`resource-enforcer nri`: the NRI plugin as the transport of the daemon's sequence (``daemon``).
 
 The same start-up as `run` (machine, state folder and lock, configuration from the file or the
 cluster, metrics, status), then the plugin registers on the runtime's NRI socket and serves
@@ -18,29 +18,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from functools import partial
 
+from enforcer.app.daemon import Background, Transport, run_daemon
 from enforcer.app.health import NOT_SYNCHRONIZED, SERVING, STANDBY, HealthFile
-from enforcer.app.metrics_endpoint import MetricsEndpoint
-from enforcer.app.run import (
-    ignore_late_signals,
-    log_stopped,
-    metrics_address,
-    prepare,
-    reconcile_once,
-    restore_or_take_over,
-    save_at_stop,
-    start_configuration,
-)
-from enforcer.app.usage_watch import UsageWatch, topology_writer
+from enforcer.app.metrics_endpoint import MetricsEndpoint, Serving
+from enforcer.app.node import Node, reconcile_once
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.handover import StateLock
 from enforcer.nri.plugin import NriPlugin
 from enforcer.nri.runtime import NriRuntime, PendingCpusets
 from enforcer.nri.session import Session
 from enforcer.options import RunOptions
-from resource_contract.quantities import parse_quantity
+from enforcer.worker import EngineWorker
 
 log = logging.getLogger("enforcer")
 
@@ -92,102 +82,108 @@ async def hold_state_lock(lock: StateLock, stop: asyncio.Event, wait: float) -> 
     return False
 
 
-async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -> int:
-    stop = asyncio.Event()
-    reload = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload.set)
-    runtime = NriRuntime()
-    node = prepare(options, runtime)
-    if node is None:
-        return 1
-    enforcer, store, lock, metrics = node.enforcer, node.store, node.lock, node.metrics
-    health = HealthFile(options.health_file)
-    if not node.first:
+class NriTransport(Transport):
+    """The plugin's session on the runtime's NRI socket, registered once the state is ours."""
+
+    name = "nri"
+    not_serving = "the NRI plugin is not registered and synchronized with the runtime"
+
+    def __init__(self, options: RunOptions, lock_wait: float) -> None:
+        self.options = options
+        self.lock_wait = lock_wait
+        self.runtime = self.nri_runtime = NriRuntime()
+        self.plugin: NriPlugin | None = None
+        self.session: Session | None = None
+
+    async def ready(self, node: Node, stop: asyncio.Event, health: HealthFile) -> int | None:
+        if node.first:
+            return None
         waiting = asyncio.create_task(health.keep_saying(lambda: STANDBY))
-        held = await hold_state_lock(lock, stop, lock_wait)
+        held = await hold_state_lock(node.lock, stop, self.lock_wait)
         waiting.cancel()
         if not held:
             health.remove()
             return 0 if stop.is_set() else EXIT_LOCKED_OUT
-        node.first = True  # loaded below, as by a process that took the lock at start
-        log.info("the state folder %s is ours now", options.state_dir)
-    cpuset = enforcer.controllers.get("cpuset") if enforcer.controllers is not None else None
-    if isinstance(cpuset, CpusetController) and cpuset.reader is not None:
-        # An update the runtime has not applied yet is not read back as a difference.
-        cpuset.reader = PendingCpusets(cpuset.reader, runtime)
-    plugin = NriPlugin(
-        enforcer,
-        runtime,
-        reconcile=partial(reconcile_once, enforcer, store),
-        rdt_by_runtime=runtime_applies_rdt(options.resctrl_root),
-        observe=metrics.observe_nri,
-    )
-    tasks = restore_or_take_over(node, plugin)
-    # The quantity parser's import (~0.4 s) is paid now, not by the first CreateContainer.
-    tasks.append(asyncio.ensure_future(plugin.run(parse_quantity, "1")))
-    socket_path = options.nri_socket.removeprefix("unix://")
-    session = Session(
-        socket_path,
-        options.plugin_name,
-        options.plugin_index,
-        plugin.handlers(),
-        on_connect=plugin.connected,
-        on_disconnect=plugin.disconnected,
-    )
-    log.info(
-        "NRI plugin %s-%s on %s; policy %s (configuration: %s)",
-        options.plugin_index,
-        options.plugin_name,
-        socket_path,
-        enforcer.config.policy.name,
-        node.start.source,
-    )
-    metrics_server = MetricsEndpoint(
-        metrics_address(node),
-        metrics,
-        plugin,
-        not_serving="the NRI plugin is not registered and synchronized with the runtime",
-    )
-    metrics_server.start()
+        node.first = True  # loaded next, as by a process that took the lock at start
+        log.info("the state folder %s is ours now", self.options.state_dir)
+        return None
 
-    async def health_of_reconcile() -> None:
-        while True:
-            metrics_server.reconcile_failed = plugin.reconcile_failed
-            await asyncio.sleep(0.5)
+    def worker(self, node: Node) -> EngineWorker:
+        enforcer, runtime = node.enforcer, self.nri_runtime
+        cpuset = enforcer.controllers.get("cpuset") if enforcer.controllers is not None else None
+        if isinstance(cpuset, CpusetController) and cpuset.reader is not None:
+            # An update the runtime has not applied yet is not read back as a difference.
+            cpuset.reader = PendingCpusets(cpuset.reader, runtime)
+        self.plugin = NriPlugin(
+            enforcer,
+            runtime,
+            reconcile=partial(reconcile_once, enforcer, node.store),
+            rdt_by_runtime=runtime_applies_rdt(self.options.resctrl_root),
+            observe=node.metrics.observe_nri,
+        )
+        return self.plugin
 
-    tasks.append(asyncio.create_task(health_of_reconcile()))
+    async def start(self, node: Node) -> Serving:
+        plugin, options = self.plugin, self.options
+        assert plugin is not None
+        socket_path = options.nri_socket.removeprefix("unix://")
+        self.session = Session(
+            socket_path,
+            options.plugin_name,
+            options.plugin_index,
+            plugin.handlers(),
+            on_connect=plugin.connected,
+            on_disconnect=plugin.disconnected,
+        )
+        log.info(
+            "NRI plugin %s-%s on %s; policy %s (configuration: %s)",
+            options.plugin_index,
+            options.plugin_name,
+            socket_path,
+            node.enforcer.config.policy.name,
+            node.start.source,
+        )
+        return plugin
 
-    def health_word() -> str:
-        if lock.fd is None or stop.is_set() or store.problem is not None:
+    def health_word(self, node: Node, stop: asyncio.Event) -> str:
+        if node.lock.fd is None or stop.is_set() or node.store.problem is not None:
             return STANDBY
         # Not synchronized: the runtime calls no plugin it has not synchronized; for longer
         # than a moment, the plugin is left out (the liveness probe fails on this word).
-        return SERVING if plugin.listening else NOT_SYNCHRONIZED
+        return SERVING if self.plugin is not None and self.plugin.listening else NOT_SYNCHRONIZED
 
-    heartbeat = asyncio.create_task(health.keep_saying(health_word))
-    tasks.append(asyncio.create_task(plugin.maintain_forever()))
-    # The gauges by pool and NUMA node, and the NodeResourceTopology, as in relay mode.
-    watch = UsageWatch(enforcer, plugin.run, metrics, topology_writer(options))
-    tasks.append(asyncio.create_task(watch.run()))
-    manager, source = start_configuration(node, plugin, reload, tasks)
-    await session.run(stop)
-    log.info("stopping: the runtime goes on without the plugin until it is back")
-    manager.closed = True
-    for task in tasks:
-        task.cancel()
-    lock.abandon()
-    if source is not None:
-        await asyncio.to_thread(source.stop)
-    # Frequencies and C-states back as they were (CPU classes).
-    await save_at_stop(plugin, enforcer, timeout=options.grace_period or None, restore_node=True)
-    lock.release()
-    metrics_server.close()
-    plugin.close()
-    heartbeat.cancel()
-    health.remove()
-    log_stopped(store)
-    ignore_late_signals()
-    return 0
+    def background(
+        self, node: Node, endpoint: MetricsEndpoint, stop: asyncio.Event
+    ) -> list[Background]:
+        plugin = self.plugin
+        assert plugin is not None
+
+        async def health_of_reconcile() -> None:
+            while True:
+                endpoint.reconcile_failed = plugin.reconcile_failed
+                await asyncio.sleep(0.5)
+
+        return [health_of_reconcile()]
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        assert self.session is not None
+        await self.session.run(stop)
+        log.info("stopping: the runtime goes on without the plugin until it is back")
+
+    async def stop_serving(self, grace_period: float) -> None:
+        """Nothing: the session is closed (NRI is fail-open: the runtime goes on without us)."""
+
+    @property
+    def save_timeout(self) -> float | None:
+        return self.options.grace_period or None
+
+    async def after_save(self, node: Node, stop: asyncio.Event) -> None:
+        """Nothing: no path is left behind (the runtime calls no plugin that is gone)."""
+
+    def close(self) -> None:
+        if self.plugin is not None:
+            self.plugin.close()
+
+
+async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -> int:
+    return await run_daemon(options, NriTransport(options, lock_wait))

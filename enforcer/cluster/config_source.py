@@ -31,7 +31,7 @@ from enforcer.cluster.names import (
     candidate_names,
     configmap_source,
 )
-from enforcer.cluster.node_status import ConfigStatus, NodeReporter, Refusal
+from enforcer.cluster.node_status import ConfigMapEvent, ConfigStatus, NodeReporter
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ class ClusterConfigSource:
         )
         refusal = None
         if chosen is not None and not outcome.applied:
-            refusal = Refusal(
+            refusal = ConfigMapEvent(
                 namespace=chosen.namespace,
                 configmap=chosen.name,
                 uid=chosen.uid,

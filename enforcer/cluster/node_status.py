@@ -51,7 +51,10 @@ class ConfigStatus:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class ConfigMapEvent:
+    """A ConfigMap this node did not apply: the Event that says why, and what it kept instead
+    (not a `enforcer.refusal.Refusal`, which is the core refusing a container)."""
+
     namespace: str
     configmap: str
     uid: str | None
@@ -68,9 +71,9 @@ class NodeReporter:
         self.node = node
         self.namespace = namespace
         self._status: ConfigStatus | None = None
-        self._events: list[Refusal] = []
+        self._events: list[ConfigMapEvent] = []
 
-    def report(self, status: ConfigStatus, refusal: Refusal | None = None) -> None:
+    def report(self, status: ConfigStatus, refusal: ConfigMapEvent | None = None) -> None:
         self._status = status
         if refusal is not None:
             self._events = [*self._events, refusal][-MAX_PENDING_EVENTS:]
@@ -105,7 +108,7 @@ class NodeReporter:
                 log.warning("the API server refused an Event (%s); dropped", code)
             self._events.pop(0)
 
-    def _send_event(self, refusal: Refusal, timeout: float) -> None:
+    def _send_event(self, refusal: ConfigMapEvent, timeout: float) -> None:
         stamp = now_rfc3339()
         message = (
             f"node {self.node} refused ConfigMap {refusal.namespace}/{refusal.configmap} "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from resource_contract.bounded import Limits, load_json
-from resource_contract.safe_files import read_file, sync_dir, write_file
+from resource_files.safe_files import read_file, sync_dir, write_file
 
 log = logging.getLogger(__name__)
 

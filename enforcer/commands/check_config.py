@@ -20,7 +20,8 @@ from typing import Any
 from enforcer.configuration import load_config, parse_config
 from enforcer.controllers.base import Roots
 from enforcer.controllers.registry import node_controllers
-from resource_contract.config import Config, ConfigError, read_config_data
+from resource_contract.config import Config, ConfigError
+from resource_files.config_file import read_config_data
 
 
 def check_config(

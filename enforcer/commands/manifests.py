@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
-from resource_contract.bounded import BoundError, Limits, load_yaml_all, read_text_file
+from resource_contract.bounded import BoundError, Limits, load_yaml_all
 from resource_contract.quantities import parse_quantity
+from resource_files.reads import read_text_file
 
 Pod = Mapping[str, Any]
 

@@ -28,7 +28,8 @@ from enforcer.engine import views_of
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
-from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet, Topology, TopologyError
 from enforcer.views import placements_report
 from resource_contract.config import Config, ConfigError
 from resource_contract.keys import RESOURCES_KEY

@@ -35,10 +35,10 @@ from enforcer.controllers.errors import (
     InvalidClassName,
     UnknownClass,
 )
-from resource_contract.bounded import read_value_file
 from resource_contract.classes import CLASS_NAME_PATTERN
 from resource_contract.config import BlockIOConfig, ConfigError
 from resource_contract.quantities import parse_quantity
+from resource_files.reads import read_value_file
 
 WEIGHT_MIN, WEIGHT_MAX = 10, 1000
 # Config key -> DeviceSettings attribute, v1 file, v2 io.max key.

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from enforcer.topology import Topology
-from resource_contract.bounded import read_value_file
 from resource_contract.config import CPUClass
+from resource_files.reads import read_value_file
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from enforcer.controllers.base import (
 from enforcer.controllers.cgroups import cgroup_path, cgroup_version
 from enforcer.decode import ContainerRequest
 from enforcer.policy import make_policy
-from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet, Topology, TopologyError
 from resource_contract.config import Config, ConfigError
 
 NAME = "cpuset"

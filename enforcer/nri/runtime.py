@@ -151,9 +151,6 @@ class NriRuntime:
             pending, self._pending = self._pending, {}
         return [cpuset_update(cid, pinning) for cid, pinning in pending.items()]
 
-    def has_updates(self) -> bool:
-        return bool(self._pending)
-
     def confirmed(self, container_ids: Iterable[str]) -> None:
         """The runtime has answered for these updates: their cgroups may be read again."""
         with self._lock:

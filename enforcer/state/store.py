@@ -44,7 +44,7 @@ from typing import Any
 
 from enforcer.state import journal
 from resource_contract.bounded import BoundError, Limits, check_json_bounds, load_json
-from resource_contract.safe_files import (
+from resource_files.safe_files import (
     create_exclusive,
     private_dir,
     read_file,

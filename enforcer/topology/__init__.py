@@ -1,7 +1,6 @@
-"""Hardware topology: CPU sets, the topology model and its sysfs reader."""
+"""Hardware topology: CPU sets and the topology model (read from sysfs by `enforcer.sysfs`)."""
 
 from enforcer.topology.cpuset import CPUSet
 from enforcer.topology.model import CPUInfo, NumaNode, Topology, TopologyError
-from enforcer.topology.sysfs import read_topology
 
-__all__ = ["CPUInfo", "CPUSet", "NumaNode", "Topology", "TopologyError", "read_topology"]
+__all__ = ["CPUInfo", "CPUSet", "NumaNode", "Topology", "TopologyError"]

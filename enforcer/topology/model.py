@@ -1,6 +1,6 @@
 """The hardware topology as plain immutable data: CPUs, cores, L3 groups, dies, sockets, nodes.
 
-No I/O here: `enforcer.topology.sysfs` builds a Topology from sysfs, tests build one with
+No I/O here: `enforcer.sysfs` builds a Topology from sysfs, tests build one with
 `Topology.synthetic(...)`, and state files store one with `to_dict()`/`from_dict()`.
 """
 

@@ -36,9 +36,6 @@ class CpuUse:
     isolated: int
     free: int
 
-    def as_dict(self) -> dict[str, int]:
-        return {use: getattr(self, use) for use in USES}
-
 
 @dataclass(frozen=True)
 class NodeUsage:

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from enforcer.policy import PlacementError
-from enforcer.topology import Topology, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import Topology
 from tests.support.snapshots import extract_snapshots
 
 TYPES = [

@@ -42,15 +42,24 @@ def _packages(files: list[str]) -> set[str]:
 
 
 def test_the_wheel_holds_the_programs_and_their_contract(wheel_files: list[str]) -> None:
-    assert _packages(wheel_files) == {"enforcer", "webhook", "resource_contract"}
+    assert _packages(wheel_files) == {"enforcer", "webhook", "resource_contract", "resource_files"}
     for module in (
         "enforcer/cli.py",
         "enforcer/cri/api_pb2.py",
         "webhook/cli.py",
         "resource_contract/config.py",
         "resource_contract/pod_annotation.py",
+        "resource_files/safe_files.py",
     ):
         assert module in wheel_files
+
+
+def test_the_wheel_holds_no_protobuf_generator(wheel_files: list[str]) -> None:
+    """The generators need grpc_tools and the repository's proto/: they live in tools/."""
+    generators = [
+        f for f in wheel_files if f.startswith("tools/") or "generate" in f or "protogen" in f
+    ]
+    assert generators == []
 
 
 def test_the_wheel_holds_no_test_or_demo_tooling(wheel_files: list[str]) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.topology import CPUSet, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess

@@ -19,7 +19,7 @@ from enforcer.cluster import LastGoodStore, StoredConfig
 from enforcer.handover import StateLock
 from enforcer.state import StateStore
 from enforcer.state.store import StateWriteError
-from resource_contract.safe_files import UnsafePath, private_dir, write_file
+from resource_files.safe_files import UnsafePath, private_dir, write_file
 from tests.hostile.conftest import Measured
 
 BIN = Path(sys.executable).parent

@@ -27,8 +27,10 @@ pytestmark = pytest.mark.images
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
-# The distribution's top-level packages in each image: its own program and the shared contract.
-OWN = {"webhook": {"webhook", "resource_contract"}, "enforcer": {"enforcer", "resource_contract"}}
+# The distribution's top-level packages in each image: its own program and the shared packages
+# (the contract and its file I/O).
+SHARED = {"resource_contract", "resource_files"}
+OWN = {"webhook": {"webhook", *SHARED}, "enforcer": {"enforcer", *SHARED}}
 OTHER = {"webhook": "enforcer", "enforcer": "webhook"}
 # Third-party packages that must stay out: the other program's stack, and the test tools.
 LEFT_OUT = {
@@ -45,7 +47,7 @@ print(json.dumps({
     "packages": sorted({f.parts[0] for f in files}),
     "modules": sorted(f.as_posix() for f in files if f.suffix == ".py"),
     "importable": {n: importlib.util.find_spec(n) is not None
-                   for n in ("webhook", "enforcer", "resource_contract")},
+                   for n in ("webhook", "enforcer", "resource_contract", "resource_files")},
     "scripts": {s: shutil.which(s) for s in ("resource-webhook", "resource-enforcer")},
     "distributions": sorted({d.metadata["Name"].lower().replace("_", "-")
                              for d in md.distributions()}),
@@ -81,6 +83,7 @@ def test_image_holds_only_its_own_program(image: Image) -> None:
         image.name: True,
         OTHER[image.name]: False,
         "resource_contract": True,
+        "resource_files": True,
     }
     # Its console script and no other (the other's, without its package, would only crash).
     assert got["scripts"][image.program] == f"/opt/venv/bin/{image.program}"

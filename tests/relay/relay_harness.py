@@ -161,7 +161,7 @@ class RelayThread:
         """Wait until no downstream connection has a stream open (checked on the loop)."""
 
         async def idle() -> bool:
-            return not any(c.streams for c in self.server._conns)
+            return not any(c.streams for c in self.server.conns)
 
         deadline = time.monotonic() + timeout
         while not self.run(idle()):

@@ -25,7 +25,7 @@ from enforcer.relay.h2.framing import (
     Received,
     StreamError,
 )
-from enforcer.relay.h2.grpc_wire import _final_status, _read_status
+from enforcer.relay.h2.grpc_wire import final_status, read_status
 from enforcer.relay.h2.header_codec import (
     HeaderBlockError,
     HeaderDecoder,
@@ -251,13 +251,13 @@ def test_shared_header_lists_keep_their_method_and_status_per_block() -> None:
         decoder.decode(encoder.encode(headers))  # indexes the fields
     shared = [decoder.decode(encoder.encode(h)) for h in (ok, failed, request)]
     assert all(isinstance(h, SharedHeaders) for h in shared)
-    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]
-    assert [_final_status(h) for h in shared] == [0, 5, _read_status(request)]  # kept
+    assert [final_status(h) for h in shared] == [0, 5, read_status(request)]
+    assert [final_status(h) for h in shared] == [0, 5, read_status(request)]  # kept
     assert [h.method for h in shared] == [None, None, "/runtime.v1.RuntimeService/Version"]
     plain = [(b"grpc-status", b"7")]
-    assert _final_status(plain) == 7
+    assert final_status(plain) == 7
     plain[0] = (b"grpc-status", b"9")
-    assert _final_status(plain) == 9
+    assert final_status(plain) == 9
 
 
 def test_decoder_memo_is_bounded_in_bytes() -> None:

@@ -14,7 +14,6 @@ from relay_harness import FakeUpstream, RelayThread
 
 from enforcer.relay.h2 import Call, Forward, Refuse
 from enforcer.relay.h2.connection import PONG_DELAY
-from enforcer.relay.h2.flow import STREAM_WINDOW
 from enforcer.relay.h2.framing import ErrorCode, Setting
 from enforcer.relay.h2.grpc_wire import (
     format_grpc_timeout,
@@ -22,6 +21,7 @@ from enforcer.relay.h2.grpc_wire import (
     percent_decode,
     percent_encode,
 )
+from enforcer.relay.h2.windows import STREAM_WINDOW
 from tests.relay import h2wire as fr
 
 ECHO = "/test.Svc/Echo"

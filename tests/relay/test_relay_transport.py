@@ -68,7 +68,7 @@ def test_many_sequential_calls_reuse_one_upstream_connection(
     stub = unary(channel)
     for i in range(200):
         assert stub(b"%d" % i, timeout=5) == b"%d" % i
-    (conn,) = relay.server._conns
+    (conn,) = relay.server.conns
     assert len(conn.upstreams) == 1
     assert not conn.streams
 

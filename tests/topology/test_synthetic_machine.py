@@ -8,7 +8,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench/
 
 from bench.synthetic import write_sysfs
-from enforcer.topology import CPUSet, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet
 
 
 def test_two_sockets_of_192_cores_with_two_threads(tmp_path: Path) -> None:

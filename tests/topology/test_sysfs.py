@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.topology import CPUSet, Topology, TopologyError, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet, Topology, TopologyError
 
 
 @dataclass(frozen=True)

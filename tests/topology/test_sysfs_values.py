@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.topology import TopologyError, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import TopologyError
 
 
 @pytest.fixture

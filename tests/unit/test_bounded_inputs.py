@@ -26,16 +26,15 @@ from resource_contract.affinity import ANNOTATION_LIMITS, AffinityError, parse_a
 from resource_contract.bounded import (
     BoundError,
     Limits,
-    NotRegularFile,
     json_depth,
     load_json,
     load_yaml,
     load_yaml_all,
-    read_bounded,
-    read_value_file,
 )
-from resource_contract.config import CONFIG_LIMITS, ConfigError, config_data, read_config_data
+from resource_contract.config import CONFIG_LIMITS, ConfigError, config_data
 from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
+from resource_files.config_file import read_config_data
+from resource_files.reads import NotRegularFile, read_bounded, read_value_file
 
 KEY = "resource-enforcer.dev/affinity"
 SETTINGS = settings(

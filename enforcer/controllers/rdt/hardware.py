@@ -15,7 +15,7 @@ from pathlib import Path
 
 from enforcer.controllers.errors import RdtUnavailable
 from enforcer.controllers.rdt.allocation import LEVELS, Level
-from resource_contract.bounded import read_value_file
+from resource_files.reads import read_value_file
 
 MOUNTINFO = "/proc/self/mountinfo"
 

@@ -10,14 +10,18 @@ routing, flow control and interception are the relay's own. One module per job:
 - ``header_codec``: HPACK on hpack (a bounded decoder, a never-indexing encoder);
 - ``grpc_wire``: gRPC on HTTP/2 (status codes and trailers, grpc-message, grpc-timeout);
 - ``intercept``: the interception API (``Call``, ``Forward``, ``Refuse``, taps, observers);
-- ``streams``: one call across the relay, and its interception;
+- ``windows``: the flow-control sizes;
+- ``half``: one stream on one connection, and the Protocols by which a call, its connections
+  and the server reach each other without importing each other;
+- ``streams``: one call across the relay (its ``Mode``), and its interception;
 - ``flow``: flow control (our windows, sending within the peer's);
+- ``floods``: counting frames that make work without moving a call (PING, SETTINGS, resets);
 - ``connection``: one HTTP/2 connection, either side;
 - ``downstream``, ``upstream``: kubelet's connections, and ours to the runtime;
 - ``server``: the listening socket and ``serve_relay``.
 
-Names with a leading underscore are the package's internals, shared between its modules. The
-public surface is re-exported here.
+Imports between these modules go one way, bottom to top (an import-linter contract in
+pyproject.toml); no private name crosses a module. The public surface is re-exported here.
 
 Bounds (docs/security.md lists them): header lists (SETTINGS_MAX_HEADER_LIST_SIZE, announced
 and enforced both ways), concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS), what the relay

@@ -1,4 +1,4 @@
-"""One HTTP/2 connection of the relay, either side: ``_Endpoint``.
+"""One HTTP/2 connection of the relay, either side: ``Endpoint``.
 
 Reading frames, SETTINGS, PING, GOAWAY, RST_STREAM, header blocks, closing streams, connection
 errors, and writing out. Everything runs on one event loop, from ``asyncio.Protocol``
@@ -12,18 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from enforcer.relay.h2.flow import (
-    _CONN_CREDIT_AT,
-    CONN_WINDOW,
-    STREAM_WINDOW,
-    WRITE_BUFFER_HIGH,
-    WRITE_BUFFER_LOW,
-    _FlowControl,
-)
+from enforcer.relay.h2.floods import Flood
+from enforcer.relay.h2.flow import FlowControl, Host
 from enforcer.relay.h2.framing import (
     CONTINUATION,
     DEFAULT_MAX_FRAME,
@@ -47,6 +40,7 @@ from enforcer.relay.h2.framing import (
     settings_frame,
     window_update_frame,
 )
+from enforcer.relay.h2.half import Half
 from enforcer.relay.h2.header_codec import (
     MAX_HEADER_LIST_SIZE,
     HeaderBlockError,
@@ -55,10 +49,13 @@ from enforcer.relay.h2.header_codec import (
     HeaderList,
 )
 from enforcer.relay.h2.intercept import Observer
-from enforcer.relay.h2.streams import _Half
-
-if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.server import RelayServer
+from enforcer.relay.h2.windows import (
+    CONN_CREDIT_AT,
+    CONN_WINDOW,
+    STREAM_WINDOW,
+    WRITE_BUFFER_HIGH,
+    WRITE_BUFFER_LOW,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,44 +66,22 @@ Flags = frozenset[str]  # a received frame's flags (hyperframe's names)
 # more than MAX_HEADER_LIST_SIZE is stopped by the decoder (COMPRESSION_ERROR).
 MAX_HEADER_BLOCK = 2 * MAX_HEADER_LIST_SIZE
 MAX_CONTINUATIONS = 32
-# Frames that cost us work (an answer, a table walk) and carry no call forward: more of one
-# kind than this in a row, with no HEADERS or DATA received in between (for RST_STREAM: no call
-# finished in between), within FLOOD_WINDOW seconds, and the peer gets GOAWAY ENHANCE_YOUR_CALM.
-# A gRPC peer's keepalive and BDP pings come minutes apart or with data.
-FLOOD_LIMITS = {"PING": 100, "SETTINGS": 100, "RST_STREAM": 200}
-FLOOD_WINDOW = 10.0
-# How long a PING answer may wait for a write to its peer (``_Endpoint._pong``), and how many.
+# How long a PING answer may wait for a write to its peer (``Endpoint._pong``), and how many.
 PONG_DELAY = 0.002
 MAX_LATE = 16
 
 
-class _Flood:
-    """A count of one kind of frame since the last progress on the connection."""
+class Source(Protocol):
+    """A connection whose frames are forwarded to another (``Endpoint``)."""
 
-    __slots__ = ("count", "limit", "since", "what")
+    def hold(self, by: Endpoint) -> None: ...
 
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.limit = FLOOD_LIMITS[what]
-        self.count = 0
-        self.since = 0.0
-
-    def hit(self) -> None:
-        count = self.count = self.count + 1
-        if count == 1:
-            self.since = time.monotonic()
-        elif count > self.limit:
-            if time.monotonic() - self.since < FLOOD_WINDOW:
-                raise ConnectionError_(
-                    ErrorCode.ENHANCE_YOUR_CALM,
-                    f"{self.what} flood: more than {self.limit} in a row",
-                )
-            self.count = 0
+    def release(self, by: Endpoint) -> None: ...
 
 
-class _Endpoint(_FlowControl, asyncio.Protocol):
+class Endpoint(FlowControl, asyncio.Protocol):
     """One HTTP/2 connection: framing, SETTINGS, PING, header blocks; flow control from
-    ``_FlowControl``.
+    ``FlowControl``.
 
     Subclasses say what a stream is on their side (``_on_header_list``), which connections feed
     this one (``_sources``: they stop being read while this one's socket does not drain), and
@@ -121,7 +96,7 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
 
     role = "endpoint"
 
-    def __init__(self, relay: RelayServer) -> None:
+    def __init__(self, relay: Host) -> None:
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self.reader = FrameReader()
@@ -130,8 +105,9 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         self.encoder = HeaderEncoder()
         self._out: list[bytes | memoryview] = []
         self._late: list[bytes] = []  # PING answers waiting for the next write (``_pong``)
-        self._dirty = relay._dirty
-        self.streams: dict[int, _Half] = {}
+        self._dirty = relay.dirty
+        self.events = self
+        self.streams: dict[int, Half] = {}
         # Downstream connections report finished calls; upstream ones never do.
         self.observer: Observer | None = None
         self.closed = False
@@ -143,7 +119,7 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         self.peer_max_streams = 1 << 31
         self.peer_max_header_list = 0  # 0: the peer announced no limit
         self.send_window = DEFAULT_WINDOW
-        self._blocked: dict[_Half, None] = {}  # halves waiting for connection window
+        self._blocked: dict[Half, None] = {}  # halves waiting for connection window
         # Our receive window for the connection.
         self.recv_window = CONN_WINDOW
         self.recv_unacked = 0
@@ -154,10 +130,10 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         self._hdr_size = 0
         self._hdr_frames = 0
         # Floods, and who stopped reading us (connections whose sockets do not drain).
-        self._pings = _Flood("PING")
-        self._settings = _Flood("SETTINGS")
-        self._resets = _Flood("RST_STREAM")
-        self._paused_by: set[_Endpoint] = set()
+        self._pings = Flood("PING")
+        self._settings = Flood("SETTINGS")
+        self._resets = Flood("RST_STREAM")
+        self._paused_by: set[Endpoint] = set()
         self.writing_paused = False
         # By frame type (an index: a type is one byte), each called with a ``Received``
         # tuple's fields: the RFC's ten types, then types unknown to the RFC (ignored, as RFC
@@ -180,12 +156,6 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
 
     # --- output
 
-    def emit(self, data: bytes | memoryview) -> None:
-        out = self._out
-        if not out:
-            self._dirty.append(self)
-        out.append(data)
-
     def _start(self, transport: asyncio.Transport) -> None:
         """Our side of the connection preface: SETTINGS and the connection window."""
         self.transport = transport
@@ -203,7 +173,7 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
 
     # --- backpressure: a connection whose socket does not drain stops its sources' reading
 
-    def _sources(self) -> list[_Endpoint]:
+    def _sources(self) -> list[Source]:
         """The connections whose frames are forwarded to this one."""
         raise NotImplementedError
 
@@ -218,13 +188,13 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         for source in self._sources():
             source.release(self)
 
-    def hold(self, by: _Endpoint) -> None:
+    def hold(self, by: Endpoint) -> None:
         """Stop reading this connection while ``by`` does not drain."""
         if not self._paused_by and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self._paused_by.add(by)
 
-    def release(self, by: _Endpoint) -> None:
+    def release(self, by: Endpoint) -> None:
         paused = self._paused_by
         if by in paused:
             paused.discard(by)
@@ -294,7 +264,7 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         for the other side's windows) never exceed the window we announced, CONN_WINDOW.
         """
         unacked = self.recv_unacked + n
-        if unacked >= _CONN_CREDIT_AT:
+        if unacked >= CONN_CREDIT_AT:
             self.emit(window_update_frame(0, unacked))
             self.recv_window += unacked
             unacked = 0
@@ -453,7 +423,7 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
 
     # --- closing streams
 
-    def reset(self, h: _Half, code: int) -> None:
+    def reset(self, h: Half, code: int) -> None:
         """Abort ``h`` with RST_STREAM (when it is open on the wire) and forget it."""
         if h.local_ended and h.remote_ended:
             self.forget(h)
@@ -464,19 +434,19 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         h.local_ended = h.remote_ended = True
         self.forget(h)
 
-    def _ended_local(self, h: _Half) -> None:
+    def ended_local(self, h: Half) -> None:
         """We sent END_STREAM on ``h``."""
         h.local_ended = True
         self._resets.count = 0  # a call finished: resets before it were no flood
         if h.remote_ended:
             self.forget(h)
 
-    def closed_remote(self, h: _Half) -> None:
+    def closed_remote(self, h: Half) -> None:
         """The peer sent END_STREAM on ``h``."""
         if h.local_ended:
             self.forget(h)
 
-    def forget(self, h: _Half) -> None:
+    def forget(self, h: Half) -> None:
         """``h`` is closed both ways: drop it from this connection."""
         if self.streams.pop(h.sid, None) is not None:
             self._blocked.pop(h, None)
@@ -498,7 +468,11 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         self.reset(h, exc.code)
         self._half_failed(h, exc)
 
-    def _half_failed(self, h: _Half, exc: StreamError) -> None:
+    def _half_failed(self, h: Half, exc: StreamError) -> None:
+        raise NotImplementedError
+
+    def headers_too_large(self, h: Half, size: int) -> None:
+        """A header block to send on ``h`` is over the peer's SETTINGS_MAX_HEADER_LIST_SIZE."""
         raise NotImplementedError
 
     def connection_error(self, code: ErrorCode, message: str) -> None:
@@ -516,14 +490,3 @@ class _Endpoint(_FlowControl, asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self.closed = True
-
-    def write_out(self) -> None:
-        out = self._out
-        self._out = []
-        late = self._late
-        if late:  # PING answers go after the frames they waited for
-            out += late
-            self._late = []
-        transport = self.transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(b"".join(out) if len(out) > 1 else out[0])

@@ -1,4 +1,4 @@
-"""A connection accepted from kubelet, where the relay is the HTTP/2 server: ``_Downstream``.
+"""A connection accepted from kubelet, where the relay is the HTTP/2 server: ``Downstream``.
 
 The client preface, new streams (routed, intercepted or tapped), draining, and losing the
 connection. Each downstream connection opens, lazily, one upstream connection per upstream
@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-from enforcer.relay.h2.connection import _Endpoint
+from enforcer.relay.h2.connection import Endpoint, Source
+from enforcer.relay.h2.flow import Host
 from enforcer.relay.h2.framing import (
     PREFACE,
     ConnectionError_,
@@ -29,13 +31,12 @@ from enforcer.relay.h2.framing import (
     goaway_frame,
     rst_stream_frame,
 )
-from enforcer.relay.h2.grpc_wire import _INTERNAL, _UNAVAILABLE
+from enforcer.relay.h2.grpc_wire import INTERNAL, UNAVAILABLE
+from enforcer.relay.h2.half import Half
 from enforcer.relay.h2.header_codec import HeaderList, SharedHeaders, request_method
-from enforcer.relay.h2.streams import _COLLECT, _TAP, _Half, _Interception, _Stream
-from enforcer.relay.h2.upstream import _Upstream
-
-if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.server import RelayServer
+from enforcer.relay.h2.intercept import Interceptor, Observer, Route, TapFactory
+from enforcer.relay.h2.streams import Interception, Mode, Stream
+from enforcer.relay.h2.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +47,35 @@ MAX_CONCURRENT_STREAMS = 1000
 MAX_CONNECTIONS = 128
 
 
-class _Downstream(_Endpoint):
+class Server(Host, Protocol):
+    """The listening server, as the connections it accepted use it (``server.RelayServer``)."""
+
+    conns: set[Downstream]
+
+    @property
+    def route(self) -> Route: ...
+
+    @property
+    def intercepts(self) -> Mapping[str, Interceptor]: ...
+
+    @property
+    def taps(self) -> Mapping[str, TapFactory]: ...
+
+    @property
+    def observer(self) -> Observer | None: ...
+
+
+class Downstream(Endpoint):
     """A connection accepted from kubelet: we are the HTTP/2 server."""
 
     role = "downstream"
 
-    def __init__(self, relay: RelayServer) -> None:
+    def __init__(self, relay: Server) -> None:
         super().__init__(relay)
+        self.relay: Server = relay
         self.reader = FrameReader(preface=PREFACE)  # the client preface comes first
         self.observer = relay.observer
-        self.upstreams: dict[str, _Upstream] = {}
+        self.upstreams: dict[str, Upstream] = {}
         self.draining = False
         self._goaway_sid = 0
         self.held = 0  # bytes its calls hold in the relay (streams.MAX_HELD)
@@ -63,18 +83,18 @@ class _Downstream(_Endpoint):
     def _extra_settings(self) -> dict[int, int]:
         return {Setting.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS}
 
-    def _sources(self) -> list[_Endpoint]:
+    def _sources(self) -> list[Source]:
         # Itself too: a client that does not read its answers gets no more of its calls read.
         return [self, *self.upstreams.values()]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         relay = self.relay
-        if len(relay._conns) >= MAX_CONNECTIONS:
+        if len(relay.conns) >= MAX_CONNECTIONS:
             log.warning("relay: %d connections already: one more refused", MAX_CONNECTIONS)
             self.closed = True
             transport.close()
             return
-        relay._conns.add(self)
+        relay.conns.add(self)
         self._start(transport)  # type: ignore[arg-type]
         self.relay.flush()
 
@@ -98,10 +118,10 @@ class _Downstream(_Endpoint):
         method = headers.method if type(headers) is SharedHeaders else request_method(headers)
         if method is None:
             raise StreamError(sid, ErrorCode.PROTOCOL_ERROR, "request without :path")
-        stream = _Stream(self.relay, method)
+        stream = Stream(self.relay, method)
         if self.observer is not None:
             stream.started = time.monotonic()
-        down = _Half(self, stream, sid)
+        down = Half(self, stream, sid)
         stream.down = down
         self.streams[sid] = down
         if end:
@@ -110,31 +130,31 @@ class _Downstream(_Endpoint):
         if interceptor is None:
             make_tap = self.relay.taps.get(method)
             if make_tap is not None:
-                stream.mode = _TAP
-                stream.icpt = _Interception(None, headers, 0.0)
+                stream.mode = Mode.TAP
+                stream.icpt = Interception(None, headers, 0.0)
                 stream.tap = make_tap()
             self.open_upstream(stream, headers, end)
             return
-        stream.mode = _COLLECT
-        stream.icpt = _Interception(interceptor, headers, time.monotonic())
+        stream.mode = Mode.COLLECT
+        stream.icpt = Interception(interceptor, headers, time.monotonic())
         if end:
             stream._collected()
 
-    def open_upstream(self, stream: _Stream, headers: HeaderList, end: bool) -> bool:
+    def open_upstream(self, stream: Stream, headers: HeaderList, end: bool) -> bool:
         """Route ``stream`` and open it upstream (now, or once the connection is up)."""
         try:
             target = self.relay.route(stream.method)
         except Exception as exc:
             log.exception("route(%r) failed", stream.method)
-            stream.fail(_INTERNAL, f"relay: no upstream for {stream.method}: {exc}")
+            stream.fail(INTERNAL, f"relay: no upstream for {stream.method}: {exc}")
             return False
         return self.upstream(target).open(stream, headers, end)
 
-    def upstream(self, target: str) -> _Upstream:
+    def upstream(self, target: str) -> Upstream:
         """The current upstream connection to ``target``, started if there is none."""
         conn = self.upstreams.get(target)
         if conn is None or conn.closed or conn.going_away:
-            conn = _Upstream(self.relay, self, target)
+            conn = Upstream(self.relay, self, target)
             self.upstreams[target] = conn
             if self.writing_paused:
                 conn.hold(self)
@@ -144,11 +164,11 @@ class _Downstream(_Endpoint):
     def _idle(self, sid: int) -> bool:
         return sid > self.last_peer_sid
 
-    def _ended_local(self, h: _Half) -> None:
+    def ended_local(self, h: Half) -> None:
         h.local_ended = True
         self._resets.count = 0  # a call finished: resets before it were no flood
         if h.stream.status < 0 and self.observer is not None:
-            h.stream.status = _INTERNAL  # DATA ended the response, no trailers: gRPC's reading
+            h.stream.status = INTERNAL  # DATA ended the response, no trailers: gRPC's reading
         if not h.remote_ended:
             # Our response is complete while the client is still sending: ask it to stop
             # (RFC 9113 8.1), as gRPC servers do. Anything it still sends is ignored.
@@ -156,18 +176,18 @@ class _Downstream(_Endpoint):
             h.remote_ended = True
         self.forget(h)
 
-    def _half_failed(self, h: _Half, exc: StreamError) -> None:
+    def _half_failed(self, h: Half, exc: StreamError) -> None:
         h.stream.client_gone(ErrorCode.CANCEL)
 
-    def _headers_too_large(self, h: _Half, size: int) -> None:
+    def headers_too_large(self, h: Half, size: int) -> None:
         """A response header block over the client's SETTINGS_MAX_HEADER_LIST_SIZE."""
         h.stream.fail(
-            _INTERNAL,
+            INTERNAL,
             f"relay: response headers of {size} bytes exceed the client's limit of "
             f"{self.peer_max_header_list}",
         )
 
-    def forget(self, h: _Half) -> None:
+    def forget(self, h: Half) -> None:
         if h.stream.held:
             h.stream.release_held()
         super().forget(h)
@@ -188,13 +208,13 @@ class _Downstream(_Endpoint):
     def abort(self, message: str) -> None:
         """Stop now: answer what is still running with UNAVAILABLE and close."""
         for h in list(self.streams.values()):
-            h.stream.fail(_UNAVAILABLE, message)
+            h.stream.fail(UNAVAILABLE, message)
         self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._release_all()
-        self.relay._conns.discard(self)
+        self.relay.conns.discard(self)
         for h in list(self.streams.values()):
             h.local_ended = h.remote_ended = True
             h.stream.release_held()

@@ -3,22 +3,23 @@
 As receiver we advertise large windows, and credit them back only once the bytes have been
 passed on to the other side (or consumed): so a slow reader on one side holds back the writer on
 the other, and what the relay buffers for a peer is bounded by the windows it announced: one
-stream window per stream, one connection window per connection (``_Half.credit``,
-``_Endpoint.credit_connection``). Below that, each socket's write buffer has high and low
+stream window per stream, one connection window per connection (``Half.credit``,
+``Endpoint.credit_connection``). Below that, each socket's write buffer has high and low
 water marks: a connection whose peer does not read stops the reading of the connections that
-feed it until it drains (``_Endpoint.pause_writing``).
+feed it until it drains (``Endpoint.pause_writing``).
 As sender we keep the peer's connection and stream windows and frame size, and park DATA (and
-anything after it on that stream) until a WINDOW_UPDATE makes room (``_FlowControl``, the
-sending half of every ``_Endpoint``).
+anything after it on that stream) until a WINDOW_UPDATE makes room (``FlowControl``, the
+sending half of every ``Endpoint``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from enforcer.relay.h2.framing import (
-    _END_HEADERS,
+    END_HEADERS,
     HEADERS,
     MAX_WINDOW,
     ConnectionError_,
@@ -26,40 +27,42 @@ from enforcer.relay.h2.framing import (
     FrameWriter,
     StreamError,
     WindowUpdateFrame,
-    _pack,
+    pack_frame_header,
 )
-from enforcer.relay.h2.grpc_wire import _final_status
+from enforcer.relay.h2.grpc_wire import final_status
+from enforcer.relay.h2.half import Half, Relay
 from enforcer.relay.h2.header_codec import HeaderEncoder, HeaderList, SharedHeaders
 from enforcer.relay.h2.intercept import Observer
-
-if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.streams import _Half
-
-# Receive windows we advertise. Large, so that neither kubelet nor containerd ever waits on us
-# for a normal call; a stream's window is also what the relay may buffer for that stream.
-STREAM_WINDOW = 4 << 20
-CONN_WINDOW = 16 << 20
-_STREAM_CREDIT_AT = STREAM_WINDOW // 2  # batch WINDOW_UPDATEs: one per half window
-_CONN_CREDIT_AT = CONN_WINDOW // 4
-# A connection's socket write buffer: past HIGH the connections that feed it are no longer
-# read, until it is back under LOW.
-WRITE_BUFFER_HIGH = 1 << 20
-WRITE_BUFFER_LOW = 256 << 10
-
-# What waits in a half's queue: (kind, payload, end). _Q_OWN: DATA the relay made itself (an
-# intercepted request, a held response): no peer's window to credit when it leaves.
-_Q_DATA, _Q_HEADERS, _Q_OWN = 0, 1, 2
+from enforcer.relay.h2.windows import Q_DATA, Q_HEADERS, Q_OWN
 
 
-class _FlowControl:
-    """The sending side of a connection (``_Endpoint``): the peer's windows, WINDOW_UPDATE, and
+class Host(Relay, Protocol):
+    """The server, as its connections use it (``server.RelayServer``)."""
+
+    dirty: list[FlowControl]  # connections with frames to write out at the next flush
+
+    def late(self, conn: FlowControl) -> None: ...
+
+
+class SendEvents(Protocol):
+    """What sending on a stream makes happen on its connection (``Endpoint`` supplies it)."""
+
+    def ended_local(self, h: Half) -> None:
+        """We sent END_STREAM on ``h``."""
+
+    def headers_too_large(self, h: Half, size: int) -> None:
+        """A header block for ``h`` is over the peer's SETTINGS_MAX_HEADER_LIST_SIZE."""
+
+
+class FlowControl:
+    """The sending side of a connection (``Endpoint``): the peer's windows, WINDOW_UPDATE, and
     sending headers and DATA on a stream as far as the windows allow, parking the rest."""
 
-    # Set by ``_Endpoint.__init__``.
+    # Set by ``Endpoint.__init__``.
     _out: list[bytes | memoryview]
-    _dirty: list[_FlowControl]  # connections with frames to write out
-    _blocked: dict[_Half, None]
-    streams: dict[int, _Half]
+    _dirty: list[FlowControl]  # connections with frames to write out
+    _blocked: dict[Half, None]
+    streams: dict[int, Half]
     send_window: int
     peer_max_frame: int
     peer_max_header_list: int
@@ -67,15 +70,28 @@ class _FlowControl:
     writer: FrameWriter
     observer: Observer | None
 
-    if TYPE_CHECKING:  # provided by _Endpoint
+    transport: asyncio.Transport | None
+    _late: list[bytes]  # PING answers waiting for the next write
+    events: SendEvents  # the connection itself: what sending on a stream makes happen there
 
-        def emit(self, data: bytes | memoryview) -> None: ...
+    def emit(self, data: bytes | memoryview) -> None:
+        """Queue ``data`` for the connection's next write (``RelayServer.flush``)."""
+        out = self._out
+        if not out:
+            self._dirty.append(self)
+        out.append(data)
 
-        def _ended_local(self, h: _Half) -> None: ...
-
-        def write_out(self) -> None: ...
-
-        def _headers_too_large(self, h: _Half, size: int) -> None: ...
+    def write_out(self) -> None:
+        """Write what is pending, PING answers last, in one write."""
+        out = self._out
+        self._out = []
+        late = self._late
+        if late:  # PING answers go after the frames they waited for
+            out += late
+            self._late = []
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(b"".join(out) if len(out) > 1 else out[0])
 
     def _adjust_windows(self, delta: int) -> None:
         for h in list(self.streams.values()):
@@ -116,25 +132,25 @@ class _FlowControl:
 
     # --- sending on a stream
 
-    def send_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+    def send_headers(self, h: Half, headers: HeaderList, end: bool) -> None:
         if h.local_ended:
             return
         limit = self.peer_max_header_list
         if limit:
             size = header_list_size(headers)
             if size > limit:
-                self._headers_too_large(h, size)
+                self.events.headers_too_large(h, size)
                 return
         if h.queue or not h.sid:
-            h.park((_Q_HEADERS, headers, end))
+            h.park((Q_HEADERS, headers, end))
             return
         self._emit_headers(h, headers, end)
 
-    def _emit_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+    def _emit_headers(self, h: Half, headers: HeaderList, end: bool) -> None:
         block = self.encoder.encode(headers)
         n = len(block)
         if n <= self.peer_max_frame:  # one HEADERS frame (FrameWriter.headers, inlined)
-            frame = _pack(n >> 8, n & 0xFF, HEADERS, _END_HEADERS | end, h.sid) + block
+            frame = pack_frame_header(n >> 8, n & 0xFF, HEADERS, END_HEADERS | end, h.sid) + block
         else:
             frame = self.writer.headers(h.sid, block, self.peer_max_frame, end)
         out = self._out
@@ -144,11 +160,11 @@ class _FlowControl:
         h.headers_sent = True
         if end:
             if self.observer is not None:
-                h.stream.status = _final_status(headers)
-            self._ended_local(h)
+                h.stream.status = final_status(headers)
+            self.events.ended_local(h)
 
     def send_data(
-        self, h: _Half, data: bytes, end: bool, *, own: bool = False, raw: bytes | None = None
+        self, h: Half, data: bytes, end: bool, *, own: bool = False, raw: bytes | None = None
     ) -> None:
         """Send ``data`` on ``h`` as the windows allow; what was received from the other side
         (not ``own``) is credited back to it as it leaves. ``raw``: ``data`` as a whole DATA
@@ -176,19 +192,19 @@ class _FlowControl:
                 if not own and h.peer is not None:
                     h.peer.credit(n)
             if end:
-                self._ended_local(h)
+                self.events.ended_local(h)
             return
-        h.park((_Q_OWN if own else _Q_DATA, memoryview(data), end))
+        h.park((Q_OWN if own else Q_DATA, memoryview(data), end))
         if h.sid:
             self._drain(h)
 
-    def _drain(self, h: _Half) -> None:
+    def _drain(self, h: Half) -> None:
         """Send what waits on ``h`` as far as the windows allow."""
         queue = h.queue
         sid = h.sid
         while queue:
             kind, payload, end = queue[0]
-            if kind == _Q_HEADERS:
+            if kind == Q_HEADERS:
                 queue.popleft()
                 self._emit_headers(h, payload, end)  # type: ignore[arg-type]
                 continue
@@ -214,22 +230,22 @@ class _FlowControl:
                 self.emit(self.writer.data(sid, chunk, last))
                 h.window -= room
                 self.send_window -= room
-                if kind == _Q_DATA and h.peer is not None:
+                if kind == Q_DATA and h.peer is not None:
                     h.peer.credit(room)
             else:
                 queue.popleft()
                 last = end
                 self.emit(self.writer.data(sid, b"", end))
             if last:
-                self._ended_local(h)
+                self.events.ended_local(h)
                 break
         self._blocked.pop(h, None)
 
-    def clear_queue(self, h: _Half) -> None:
+    def clear_queue(self, h: Half) -> None:
         """Drop what waits on ``h``; what came from the other side is credited back to it."""
         queue = h.queue
         if queue:
-            dropped = sum(len(p) for kind, p, _ in queue if kind == _Q_DATA)  # type: ignore[arg-type,misc]
+            dropped = sum(len(p) for kind, p, _ in queue if kind == Q_DATA)  # type: ignore[arg-type,misc]
             queue.clear()
             if dropped and h.peer is not None:
                 h.peer.credit(dropped)

@@ -57,7 +57,7 @@ WINDOW_UPDATE = WindowUpdateFrame.type
 CONTINUATION = ContinuationFrame.type
 
 _FLAG_ACK = 0x1
-_END_HEADERS = 0x4
+END_HEADERS = 0x4
 _FLAG_PADDED = 0x8
 
 
@@ -151,7 +151,7 @@ _parse_header = Frame.parse_frame_header
 # 31-bit stream id; the layout hyperframe's ``parse_frame_header`` unpacks too (a test checks
 # that both read every header alike).
 _HEADER = struct.Struct(">HBBBL")
-_pack = _HEADER.pack
+_pack = pack_frame_header = _HEADER.pack  # the 9-byte frame header, packed
 # The same header as the reader takes it: type and flags as one 16-bit key (type << 8 | flags).
 _READ_HEADER = struct.Struct(">HBHL")
 # Frames whose payload is passed on as is: without PADDED or PRIORITY, hyperframe's
@@ -349,12 +349,12 @@ class FrameWriter:
         """HEADERS (+ CONTINUATION frames when the block exceeds the peer's frame size)."""
         n = len(block)
         if n <= max_frame_size:
-            return _pack(n >> 8, n & 0xFF, HEADERS, _END_HEADERS | end, stream_id) + block
+            return _pack(n >> 8, n & 0xFF, HEADERS, END_HEADERS | end, stream_id) + block
         parts = []
         for pos in range(0, n, max_frame_size):
             chunk = block[pos : pos + max_frame_size]
             size = len(chunk)
-            last = _END_HEADERS if pos + size >= n else 0
+            last = END_HEADERS if pos + size >= n else 0
             if pos:
                 parts.append(_pack(size >> 8, size & 0xFF, CONTINUATION, last, stream_id))
             else:

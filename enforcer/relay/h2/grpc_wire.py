@@ -3,7 +3,7 @@
 grpc-message and grpc-timeout values, the status trailers of the relay's own answers, the
 gRPC status a response's last header block stands for, and the Response an upstream's buffered
 answer stands for. Message framing (the 5-byte prefix: compressed flag, big-endian length) is
-read where the messages are: ``streams`` collects an intercepted request, ``_response_of``
+read where the messages are: ``streams`` collects an intercepted request, ``response_of``
 reads a response.
 """
 
@@ -16,13 +16,13 @@ import grpc
 from enforcer.relay.h2.header_codec import HeaderList, SharedHeaders
 from enforcer.relay.h2.intercept import Response
 
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
-_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
-_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
-_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
-_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
 
 _PERCENT_SAFE = frozenset(range(0x20, 0x7F)) - {ord("%")}
 
@@ -61,7 +61,7 @@ def format_grpc_timeout(seconds: float) -> bytes:
     return b"%dH" % min(int(seconds / 3600), 99_999_999)
 
 
-def _status_headers(code: int, message: str, with_status: bool) -> HeaderList:
+def status_headers(code: int, message: str, with_status: bool) -> HeaderList:
     headers: HeaderList = []
     if with_status:  # trailers-only response: the HTTP head goes in the same block
         headers += [(b":status", b"200"), (b"content-type", b"application/grpc")]
@@ -71,29 +71,29 @@ def _status_headers(code: int, message: str, with_status: bool) -> HeaderList:
     return headers
 
 
-def _final_status(headers: HeaderList) -> int:
+def final_status(headers: HeaderList) -> int:
     """The gRPC status a block that ends a response stands for, as a gRPC client reads it."""
     if type(headers) is SharedHeaders:  # never changed: read once
         status = headers.status
         if status is None:
-            status = headers.status = _read_status(headers)
+            status = headers.status = read_status(headers)
         return status
-    return _read_status(headers)
+    return read_status(headers)
 
 
-def _read_status(headers: HeaderList) -> int:
+def read_status(headers: HeaderList) -> int:
     http = b""
     for name, value in headers:
         if name == b"grpc-status":
-            return int(value) if value.isdigit() else _UNKNOWN
+            return int(value) if value.isdigit() else UNKNOWN
         if name == b":status":
             http = value
     if http and http != b"200" and http.isdigit():
-        return _HTTP_TO_GRPC.get(int(http), _UNKNOWN)
-    return _UNKNOWN
+        return _HTTP_TO_GRPC.get(int(http), UNKNOWN)
+    return UNKNOWN
 
 
-def _response_of(blocks: list[HeaderList], body: bytes) -> Response:
+def response_of(blocks: list[HeaderList], body: bytes) -> Response:
     """The Response a buffered upstream answer (header blocks and DATA) stands for."""
     fields: dict[bytes, bytes] = {}
     for block in blocks:
@@ -107,6 +107,6 @@ def _response_of(blocks: list[HeaderList], body: bytes) -> Response:
         return Response(int(raw_status), percent_decode(fields.get(b"grpc-message", b"")), message)
     http = fields.get(b":status", b"")
     if http != b"200" and http.isdigit():
-        code = _HTTP_TO_GRPC.get(int(http), _UNKNOWN)
+        code = _HTTP_TO_GRPC.get(int(http), UNKNOWN)
         return Response(code, f"upstream answered HTTP status {http.decode()}", None)
-    return Response(_UNKNOWN, "upstream response carried no grpc-status", message)
+    return Response(UNKNOWN, "upstream response carried no grpc-status", message)

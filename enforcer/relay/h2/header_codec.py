@@ -62,7 +62,7 @@ class SharedHeaders(list[tuple[bytes, bytes]]):
     """A decoded header list the decoder hands out again for the same block. Never changed:
     it carries its size (RFC 9113 6.5.2) and, once a ``HeaderEncoder`` made it, its block;
     its first ``:path`` as text (latin-1, the call's method), and once read, the gRPC status
-    it stands for as a response's last block (``grpc_wire._final_status``): each is read
+    it stands for as a response's last block (``grpc_wire.final_status``): each is read
     once per list."""
 
     __slots__ = ("encoded", "method", "size", "status")

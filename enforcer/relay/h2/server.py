@@ -17,11 +17,11 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from enforcer.relay.h2.connection import PONG_DELAY
-from enforcer.relay.h2.downstream import _Downstream
-from enforcer.relay.h2.flow import _FlowControl
-from enforcer.relay.h2.grpc_wire import _CANCELLED
+from enforcer.relay.h2.downstream import Downstream
+from enforcer.relay.h2.flow import FlowControl
+from enforcer.relay.h2.grpc_wire import CANCELLED
+from enforcer.relay.h2.half import CallPort
 from enforcer.relay.h2.intercept import Interceptor, Observer, Route, TapFactory
-from enforcer.relay.h2.streams import _Stream
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,14 @@ class RelayServer:
         self.taps: dict[str, TapFactory] = dict(taps or {})
         self.observer = observer
         self._server: asyncio.AbstractServer | None = None
-        self._conns: set[_Downstream] = set()
-        self._dirty: list[_FlowControl] = []
+        self.conns: set[Downstream] = set()
+        self.dirty: list[FlowControl] = []
         # Calls over since the last flush, told to the observer once their frames are out;
         # what taps read of them, run then too.
-        self._finished: list[_Stream] = []
+        self._finished: list[CallPort] = []
         self._after: list[Callable[[], None]] = []
-        # Connections with PING answers waiting (``_Endpoint._pong``), written by one timer.
-        self._late: dict[_FlowControl, None] = {}
+        # Connections with PING answers waiting (``Endpoint._pong``), written by one timer.
+        self._late: dict[FlowControl, None] = {}
         self._late_timer: asyncio.TimerHandle | None = None
         self.held = 0  # bytes all calls hold in the relay (streams.MAX_HELD_TOTAL)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -67,7 +67,7 @@ class RelayServer:
             os.chmod(path, 0o660)  # before listen(): nobody can connect in between
             self._socket_inode = os.stat(path).st_ino
             self._server = await asyncio.get_running_loop().create_unix_server(
-                lambda: _Downstream(self), sock=sock, backlog=128
+                lambda: Downstream(self), sock=sock, backlog=128
             )
         except BaseException:
             sock.close()
@@ -77,7 +77,7 @@ class RelayServer:
     def flush(self) -> None:
         """Write out every connection that has pending frames (one write each), then tell the
         observer about the calls that ended meanwhile (off the calls' own path)."""
-        dirty = self._dirty
+        dirty = self.dirty
         while dirty:
             dirty.pop().write_out()
         if self._finished:
@@ -85,7 +85,7 @@ class RelayServer:
         if self._after:
             self._run_after()
 
-    def late(self, conn: _FlowControl) -> None:
+    def late(self, conn: FlowControl) -> None:
         """``conn`` has PING answers waiting: written within PONG_DELAY if nothing else is."""
         self._late[conn] = None
         if self._late_timer is None:
@@ -111,7 +111,7 @@ class RelayServer:
             except Exception:
                 log.exception("relay: work after the writes failed")
 
-    def finished(self, stream: _Stream) -> None:
+    def finished(self, stream: CallPort) -> None:
         """``stream`` is over on kubelet's connection: the observer hears of it at the flush."""
         if self.observer is not None:
             self._finished.append(stream)
@@ -124,7 +124,7 @@ class RelayServer:
         for stream in finished:
             status = stream.status
             # No status sent: the stream was reset (by either side) or its connection was lost.
-            code = status if status >= 0 else _CANCELLED
+            code = status if status >= 0 else CANCELLED
             try:
                 observer(stream.method, code, now - stream.started)
             except Exception:
@@ -138,7 +138,7 @@ class RelayServer:
 
     @property
     def connections(self) -> int:
-        return len(self._conns)
+        return len(self.conns)
 
     @property
     def listening(self) -> bool:
@@ -158,15 +158,15 @@ class RelayServer:
                 # Only our own socket file: a successor may already listen on the same path.
                 if os.stat(self.socket_path).st_ino == self._socket_inode:
                     os.unlink(self.socket_path)
-        for conn in list(self._conns):
+        for conn in list(self.conns):
             conn.drain()
         self.flush()
         deadline = time.monotonic() + grace
-        while self._conns and any(c.streams for c in self._conns):
+        while self.conns and any(c.streams for c in self.conns):
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.01)
-        for conn in list(self._conns):
+        for conn in list(self.conns):
             conn.abort("relay shutting down")
         self.flush()
         if self._tasks:

@@ -1,7 +1,7 @@
 """One call across the relay: its two halves, its state, and its interception.
 
-A call has a half on each connection (``_Half``: windows, queue, ends) and one state machine
-(``_Stream``): passing frames through, or collecting the request, running the interceptor,
+A call has a half on each connection (``half.Half``: windows, queue, ends) and one state machine
+(``Stream``): passing frames through, or collecting the request, running the interceptor,
 forwarding or refusing, ``on_response``, taps.
 
 Limits, by design: intercepted methods must be unary-request (one uncompressed message; other
@@ -16,27 +16,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from enum import Enum
+from typing import Protocol, cast
 
 import grpc
 
-from enforcer.relay.h2.flow import _CONN_CREDIT_AT, _STREAM_CREDIT_AT, STREAM_WINDOW
-from enforcer.relay.h2.framing import ErrorCode, code_name, window_update_frame
+from enforcer.relay.h2.framing import ErrorCode, code_name
 from enforcer.relay.h2.grpc_wire import (
-    _CANCELLED,
-    _DEADLINE_EXCEEDED,
-    _INTERNAL,
-    _RESOURCE_EXHAUSTED,
-    _UNAVAILABLE,
-    _UNIMPLEMENTED,
-    _response_of,
-    _status_headers,
+    CANCELLED,
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
     format_grpc_timeout,
     parse_grpc_timeout,
+    response_of,
+    status_headers,
 )
+from enforcer.relay.h2.half import Half, Link, Relay
 from enforcer.relay.h2.header_codec import HeaderList
 from enforcer.relay.h2.intercept import (
     Call,
@@ -47,11 +47,6 @@ from enforcer.relay.h2.intercept import (
     Tap,
 )
 
-if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.connection import _Endpoint
-    from enforcer.relay.h2.downstream import _Downstream
-    from enforcer.relay.h2.server import RelayServer
-
 log = logging.getLogger(__name__)
 
 # Unary messages the relay collects for an interceptor (containerd takes at most 16 MiB), and
@@ -61,75 +56,34 @@ MAX_INTERCEPTED_MESSAGE = 16 << 20
 MAX_HELD = 32 << 20
 MAX_HELD_TOTAL = 64 << 20  # the same, for all connections together
 
-# _TEE: passing the upstream's response through while keeping a copy for an observer.
-# _TAP: passing both ways untouched while keeping copies of request and response for a tap.
-_PASS, _COLLECT, _INTERCEPTING, _BUFFER, _DONE, _TEE, _TAP = range(7)
+
+class Mode(Enum):
+    """Where a call is in the relay."""
+
+    PASS = "pass"  # passing frames both ways untouched
+    COLLECT = "collect"  # collecting an intercepted call's request
+    INTERCEPTING = "intercepting"  # the interceptor runs
+    BUFFER = "buffer"  # holding the upstream's response for an on_response hook
+    DONE = "done"  # answered or gone: what still comes is dropped
+    TEE = "tee"  # passing the response through, keeping a copy for an on_response observer
+    TAP = "tap"  # passing both ways untouched, keeping copies of both for a tap
 
 
-# The queue of every half that never had to wait: empty, and with no ``append`` (``_Half.park``
-# gives a half its own queue).
-_NO_QUEUE: deque[tuple[int, object, bool]] = ()  # type: ignore[assignment]
+# The members as module constants for the per-frame paths: in Python 3.11 an Enum member's
+# lookup on its class costs about five times a global's.
+PASS, COLLECT, INTERCEPTING, BUFFER, DONE, TEE, TAP = Mode
 
 
-class _Half:
-    """One stream as it exists on one connection: our sending state and our receiving state."""
+class Kubelet(Link, Protocol):
+    """The connection from kubelet a call came on (``downstream.Downstream``)."""
 
-    __slots__ = (
-        "conn",
-        "headers_sent",
-        "local_ended",
-        "peer",
-        "queue",
-        "recv_window",
-        "remote_ended",
-        "sid",
-        "stream",
-        "unacked",
-        "window",
-    )
+    held: int  # bytes its calls hold in the relay (MAX_HELD)
 
-    def __init__(self, conn: _Endpoint, stream: _Stream, sid: int) -> None:
-        self.conn = conn
-        self.stream = stream
-        self.sid = sid  # 0 until an upstream stream is opened
-        self.peer: _Half | None = None  # the same stream on the other connection
-        self.window = conn.peer_initial_window  # send window
-        # What waits for window or for the stream's opening; most calls never wait, and share
-        # one empty queue until they do (``park``).
-        self.queue: deque[tuple[int, object, bool]] = _NO_QUEUE
-        self.local_ended = False  # we sent END_STREAM or RST_STREAM
-        self.remote_ended = False  # the peer sent END_STREAM or RST_STREAM
-        self.headers_sent = False
-        self.recv_window = STREAM_WINDOW
-        self.unacked = 0  # received bytes passed on but not yet credited back
-
-    def park(self, item: tuple[int, object, bool]) -> None:
-        """Queue ``item`` (in order after what already waits)."""
-        queue = self.queue
-        if queue is _NO_QUEUE:
-            queue = self.queue = deque()
-        queue.append(item)
-
-    def credit(self, n: int) -> None:
-        """``n`` received bytes were passed on (or consumed): re-open our receive windows."""
-        conn = self.conn
-        unacked = conn.recv_unacked + n
-        if unacked < _CONN_CREDIT_AT:  # (_Endpoint.credit_connection, inlined)
-            conn.recv_unacked = unacked
-        else:
-            conn.credit_connection(n)
-        if self.remote_ended:
-            return
-        unacked = self.unacked + n
-        if unacked >= _STREAM_CREDIT_AT:
-            self.conn.emit(window_update_frame(self.sid, unacked))
-            self.recv_window += unacked
-            unacked = 0
-        self.unacked = unacked
+    def open_upstream(self, stream: Stream, headers: HeaderList, end: bool) -> bool: ...
 
 
 @dataclass(slots=True)
-class _Interception:
+class Interception:
     interceptor: Interceptor | None  # None for a tap
     request_headers: HeaderList
     started: float
@@ -139,10 +93,10 @@ class _Interception:
     response_blocks: list[HeaderList] = field(default_factory=list)
     response_data: list[bytes] = field(default_factory=list)
     delivering: bool = False
-    copy_dropped: bool = False  # a _TEE copy went over MAX_HELD: the observer gets no message
+    copy_dropped: bool = False  # a TEE copy went over MAX_HELD: the observer gets no message
 
 
-class _Stream:
+class Stream:
     """One call: its downstream half, its upstream half (once routed) and its relay state."""
 
     __slots__ = (
@@ -158,21 +112,21 @@ class _Stream:
         "up",
     )
 
-    def __init__(self, relay: RelayServer, method: str) -> None:
+    def __init__(self, relay: Relay, method: str) -> None:
         self.relay = relay
         self.method = method
-        self.mode = _PASS
+        self.mode = PASS
         self.started = 0.0  # set when the relay has an observer
         self.status = -1  # the gRPC status sent downstream, once it is
-        self.down: _Half = None  # type: ignore[assignment]  # set right after construction
-        self.up: _Half | None = None
-        self.icpt: _Interception | None = None
+        self.down: Half = None  # type: ignore[assignment]  # set right after construction
+        self.up: Half | None = None
+        self.icpt: Interception | None = None
         self.tap: Tap | None = None
         self.held = 0  # bytes this call holds against its connection's MAX_HELD
 
     def _hold(self, n: int) -> bool:
         """Count ``n`` more bytes this call keeps; False when its connection has no room."""
-        conn = cast("_Downstream", self.down.conn)
+        conn = cast(Kubelet, self.down.conn)
         relay = self.relay
         if conn.held + n > MAX_HELD or relay.held + n > MAX_HELD_TOTAL:
             return False
@@ -186,22 +140,22 @@ class _Stream:
         held = self.held
         if held:
             self.held = 0
-            cast("_Downstream", self.down.conn).held -= held
+            cast(Kubelet, self.down.conn).held -= held
             self.relay.held -= held
 
     # --- frames from either side
 
-    def on_headers(self, h: _Half, headers: HeaderList, end: bool) -> None:
+    def on_headers(self, h: Half, headers: HeaderList, end: bool) -> None:
         if end:
             h.remote_ended = True
         if h is self.down:  # request trailers (gRPC clients send none, HTTP/2 allows them)
-            if self.mode in (_PASS, _TAP) and self.up is not None:
+            if self.mode in (PASS, TAP) and self.up is not None:
                 self.up.conn.send_headers(self.up, headers, end)
-            elif self.mode == _COLLECT and end:
+            elif self.mode == COLLECT and end:
                 self._collected()
             h.conn.closed_remote(h)
             return
-        if self.mode == _BUFFER:
+        if self.mode == BUFFER:
             assert self.icpt is not None
             self.icpt.response_blocks.append(headers)
             if end:
@@ -209,17 +163,17 @@ class _Stream:
         else:
             down = self.down
             down.conn.send_headers(down, headers, end)
-            if self.mode == _TEE or self.mode == _TAP:
+            if self.mode == TEE or self.mode == TAP:
                 self._tee_headers(headers, end)
         if end:
             self._upstream_finished()
 
-    def on_data(self, h: _Half, data: bytes, end: bool, raw: bytes | None = None) -> None:
+    def on_data(self, h: Half, data: bytes, end: bool, raw: bytes | None = None) -> None:
         """DATA from the peer of ``h``; ``raw``: the frame as it came, if it may pass unchanged."""
         if end:
             h.remote_ended = True
         mode = self.mode
-        if mode in (_PASS, _TAP) or (mode == _TEE and h is not self.down):
+        if mode in (PASS, TAP) or (mode == TEE and h is not self.down):
             peer = h.peer
             if peer is None or peer.local_ended:
                 h.credit(len(data))  # nowhere to go: consume
@@ -227,7 +181,7 @@ class _Stream:
                 # The same frame, byte for byte, when the call has the same stream id there.
                 peer.conn.send_data(peer, data, end, raw=raw if peer.sid == h.sid else None)
             icpt = self.icpt
-            if mode != _PASS and icpt is not None and not icpt.copy_dropped:
+            if mode != PASS and icpt is not None and not icpt.copy_dropped:
                 if not self._hold(len(data)):
                     self._drop_copies()
                 elif h is self.down:
@@ -236,24 +190,24 @@ class _Stream:
                     icpt.response_data.append(data)
         elif h is self.down:
             h.credit(len(data))
-            if mode == _COLLECT:
+            if mode == COLLECT:
                 icpt = self.icpt
                 assert icpt is not None
                 icpt.size += len(data)
                 if icpt.size > MAX_INTERCEPTED_MESSAGE or not self._hold(len(data)):
-                    self.mode = _DONE
-                    self.answer(_RESOURCE_EXHAUSTED, f"request to {self.method} is too large")
+                    self.mode = DONE
+                    self.answer(RESOURCE_EXHAUSTED, f"request to {self.method} is too large")
                     return
                 icpt.parts.append(data)
                 if end:
                     self._collected()
-        elif mode == _BUFFER:  # the upstream's response to an on_response call
+        elif mode == BUFFER:  # the upstream's response to an on_response call
             h.credit(len(data))
             icpt = self.icpt
             assert icpt is not None
             icpt.size += len(data)
             if icpt.size > MAX_INTERCEPTED_MESSAGE or not self._hold(len(data)):
-                self.fail(_RESOURCE_EXHAUSTED, f"response of {self.method} is too large")
+                self.fail(RESOURCE_EXHAUSTED, f"response of {self.method} is too large")
                 return
             icpt.response_data.append(data)
             if end:
@@ -273,17 +227,17 @@ class _Stream:
         log.warning("relay: no room to copy %s; its tap or observer sees no message", self.method)
         icpt.parts, icpt.response_data = [], []
         icpt.copy_dropped = True
-        if self.mode == _TAP:
-            self.mode = _PASS  # the tap is skipped for this call
-        # _TEE: the observer still hears how the call ended, without the message
+        if self.mode == TAP:
+            self.mode = PASS  # the tap is skipped for this call
+        # TEE: the observer still hears how the call ended, without the message
 
-    def on_reset(self, h: _Half, code: int) -> None:
+    def on_reset(self, h: Half, code: int) -> None:
         """The peer of ``h`` reset the stream."""
         h.conn.forget(h)
         if h is self.down:
             self.client_gone(code)
-        elif self.mode == _BUFFER:
-            status = _UNAVAILABLE if code == ErrorCode.REFUSED_STREAM else _INTERNAL
+        elif self.mode == BUFFER:
+            status = UNAVAILABLE if code == ErrorCode.REFUSED_STREAM else INTERNAL
             self.fail(status, f"upstream reset the stream ({code_name(code)})")
         else:
             down = self.down
@@ -304,13 +258,13 @@ class _Stream:
 
     def client_gone(self, code: int) -> None:
         """The client reset the stream or its connection died."""
-        self.mode, old_mode = _DONE, self.mode
+        self.mode, old_mode = DONE, self.mode
         up = self.up
         if up is not None:
             up.conn.reset(up, code if code != ErrorCode.NO_ERROR else ErrorCode.CANCEL)
         icpt = self.icpt
-        if old_mode == _BUFFER and icpt is not None and not icpt.delivering:
-            self._deliver(Response(_CANCELLED, "the client cancelled the call", None), None)
+        if old_mode == BUFFER and icpt is not None and not icpt.delivering:
+            self._deliver(Response(CANCELLED, "the client cancelled the call", None), None)
 
     def fail(self, code: int, message: str) -> None:
         """End the call with ``code``: the upstream stream (if any) is reset, the client gets
@@ -319,11 +273,11 @@ class _Stream:
         if up is not None:
             up.conn.reset(up, ErrorCode.CANCEL)
         icpt = self.icpt
-        if self.mode == _BUFFER and icpt is not None:
+        if self.mode == BUFFER and icpt is not None:
             if not icpt.delivering:
                 self._deliver(Response(code, message, None), (code, message))
             return
-        self.mode = _DONE
+        self.mode = DONE
         self.answer(code, message)
 
     def answer(self, code: int, message: str) -> None:
@@ -332,7 +286,7 @@ class _Stream:
         if down.local_ended:
             return
         down.conn.clear_queue(down)
-        down.conn.send_headers(down, _status_headers(code, message, not down.headers_sent), True)
+        down.conn.send_headers(down, status_headers(code, message, not down.headers_sent), True)
 
     # --- interception
 
@@ -342,22 +296,22 @@ class _Stream:
         assert icpt is not None
         body = b"".join(icpt.parts)
         icpt.parts = []
-        self.mode = _INTERCEPTING
+        self.mode = INTERCEPTING
         if len(body) < 5:
-            self.mode = _DONE
-            self.answer(_INTERNAL, f"relay: {self.method} request carries no message")
+            self.mode = DONE
+            self.answer(INTERNAL, f"relay: {self.method} request carries no message")
             return
         length = int.from_bytes(body[1:5], "big")
         if body[0] != 0:
-            self.mode = _DONE
+            self.mode = DONE
             self.answer(
-                _UNIMPLEMENTED, f"relay: compressed requests to {self.method} are not supported"
+                UNIMPLEMENTED, f"relay: compressed requests to {self.method} are not supported"
             )
             return
         if len(body) != 5 + length:
-            self.mode = _DONE
+            self.mode = DONE
             self.answer(
-                _UNIMPLEMENTED,
+                UNIMPLEMENTED,
                 f"relay: {self.method} is intercepted and must carry exactly one message",
             )
             return
@@ -379,15 +333,15 @@ class _Stream:
         except Exception as exc:
             log.exception("interceptor for %s failed", self.method)
             decision = Refuse(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
-        if self.mode != _INTERCEPTING:  # the client went away meanwhile
+        if self.mode != INTERCEPTING:  # the client went away meanwhile
             # A Forward never sent still has its hook told, so what the interceptor prepared
             # (CPUs set aside for a container) is not left waiting for an answer forever.
             if isinstance(decision, Forward) and decision.on_response is not None:
-                self._never_sent(decision, _CANCELLED, "the client went away before the call")
+                self._never_sent(decision, CANCELLED, "the client went away before the call")
             return
         try:
             if isinstance(decision, Refuse):
-                self.mode = _DONE
+                self.mode = DONE
                 code = decision.code
                 self.answer(
                     code.value[0] if isinstance(code, grpc.StatusCode) else int(code),
@@ -411,24 +365,24 @@ class _Stream:
                 if budget is not None:
                     left = budget - (time.monotonic() - icpt.started)
                     if left <= 0:
-                        self.mode = _DONE
-                        self.answer(_DEADLINE_EXCEEDED, "deadline exceeded in the relay")
+                        self.mode = DONE
+                        self.answer(DEADLINE_EXCEEDED, "deadline exceeded in the relay")
                         if decision.on_response is not None:
                             self._never_sent(
-                                decision, _DEADLINE_EXCEEDED, "deadline exceeded in the relay"
+                                decision, DEADLINE_EXCEEDED, "deadline exceeded in the relay"
                             )
                         return
                     value = format_grpc_timeout(left)
             headers.append((name, value))
         if decision.on_response is not None:
             icpt.on_response = decision.on_response
-            self.mode = _BUFFER if decision.hold else _TEE
+            self.mode = BUFFER if decision.hold else TEE
         else:
-            self.mode = _PASS
+            self.mode = PASS
         message = decision.message
         down = self.down
         # The downstream half is always on the connection from kubelet.
-        if not cast("_Downstream", down.conn).open_upstream(self, headers, False):
+        if not cast(Kubelet, down.conn).open_upstream(self, headers, False):
             return
         up = self.up
         assert up is not None
@@ -450,7 +404,7 @@ class _Stream:
         """A tapped or observed call is over: its copies to the tap, or to the observer."""
         icpt = self.icpt
         assert icpt is not None
-        response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        response = response_of(icpt.response_blocks, b"".join(icpt.response_data))
         if icpt.copy_dropped:
             response = Response(response.status, response.details, None)
         icpt.response_blocks, icpt.response_data = [], []
@@ -476,7 +430,7 @@ class _Stream:
     def _response_complete(self) -> None:
         icpt = self.icpt
         assert icpt is not None
-        response = _response_of(icpt.response_blocks, b"".join(icpt.response_data))
+        response = response_of(icpt.response_blocks, b"".join(icpt.response_data))
         self._deliver(response, None)
 
     def _deliver(self, response: Response, failure: tuple[int, str] | None) -> None:
@@ -496,10 +450,10 @@ class _Stream:
             await hook(response)
         except Exception as exc:
             log.exception("on_response hook for %s failed", self.method)
-            failure = (_INTERNAL, f"relay: on_response for {self.method} failed: {exc}")
-        if self.mode == _DONE:  # the client went away: nobody to answer
+            failure = (INTERNAL, f"relay: on_response for {self.method} failed: {exc}")
+        if self.mode == DONE:  # the client went away: nobody to answer
             return
-        self.mode = _DONE
+        self.mode = DONE
         icpt = self.icpt
         assert icpt is not None
         try:
@@ -511,7 +465,7 @@ class _Stream:
             blocks = icpt.response_blocks
             data = icpt.response_data
             if not blocks:
-                self.answer(_INTERNAL, "relay: upstream response had no headers")
+                self.answer(INTERNAL, "relay: upstream response had no headers")
                 return
             tail = blocks[1:]  # trailers (none for a trailers-only response)
             conn.send_headers(down, blocks[0], not data and not tail)

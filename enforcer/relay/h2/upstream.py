@@ -1,4 +1,4 @@
-"""The relay's client connection to an upstream socket (containerd's): ``_Upstream``.
+"""The relay's client connection to an upstream socket (containerd's): ``Upstream``.
 
 One per upstream socket and downstream connection: connecting, opening streams as the peer's
 limits allow, stream ids, GOAWAY, and losing the connection. Upstream stream ids are ours,
@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from enforcer.relay.h2.connection import _Endpoint
-from enforcer.relay.h2.flow import _Q_HEADERS, header_list_size
+from enforcer.relay.h2.connection import Endpoint, Source
+from enforcer.relay.h2.flow import Host, header_list_size
 from enforcer.relay.h2.framing import (
     MAX_WINDOW,
     PREFACE,
@@ -25,38 +25,45 @@ from enforcer.relay.h2.framing import (
     code_name,
     goaway_frame,
 )
-from enforcer.relay.h2.grpc_wire import _INTERNAL, _RESOURCE_EXHAUSTED, _UNAVAILABLE
+from enforcer.relay.h2.grpc_wire import INTERNAL, RESOURCE_EXHAUSTED, UNAVAILABLE
+from enforcer.relay.h2.half import Half
 from enforcer.relay.h2.header_codec import HeaderList
-from enforcer.relay.h2.streams import _DONE, _Half, _Stream
-
-if TYPE_CHECKING:  # for annotations only: each of these imports this module
-    from enforcer.relay.h2.downstream import _Downstream
-    from enforcer.relay.h2.server import RelayServer
+from enforcer.relay.h2.streams import Mode, Stream
+from enforcer.relay.h2.windows import Q_HEADERS
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 5.0
 
 
-class _Upstream(_Endpoint):
+class Owner(Source, Protocol):
+    """The connection from kubelet an upstream connection works for (``downstream.Downstream``)."""
+
+    closed: bool
+    upstreams: dict[str, Upstream]
+
+    def upstream(self, target: str) -> Upstream: ...
+
+
+class Upstream(Endpoint):
     """Our client connection to one upstream socket, on behalf of one downstream connection."""
 
     role = "upstream"
 
-    def __init__(self, relay: RelayServer, owner: _Downstream, target: str) -> None:
+    def __init__(self, relay: Host, owner: Owner, target: str) -> None:
         super().__init__(relay)
         self.owner = owner
         self.target = target
         self.ready = False
         self.going_away = False
         self.next_sid = 1
-        self.waiting: deque[_Half] = deque()  # halves not yet opened (connecting, or at limit)
+        self.waiting: deque[Half] = deque()  # halves not yet opened (connecting, or at limit)
         self._connect_task: asyncio.Task[None] | None = None
 
     def _extra_settings(self) -> dict[int, int]:
         return {Setting.ENABLE_PUSH: 0}
 
-    def _sources(self) -> list[_Endpoint]:
+    def _sources(self) -> list[Source]:
         return [self.owner]
 
     def connect(self) -> None:
@@ -88,18 +95,18 @@ class _Upstream(_Endpoint):
         self._open_waiting()
         self.relay.flush()
 
-    def open(self, stream: _Stream, headers: HeaderList, end: bool) -> bool:
+    def open(self, stream: Stream, headers: HeaderList, end: bool) -> bool:
         """Open ``stream`` here (now, or once the connection is up); False when it was answered
         by the relay instead (its headers are over the runtime's header list size)."""
         limit = self.peer_max_header_list
         if limit and (size := header_list_size(headers)) > limit:
-            stream.mode = _DONE
+            stream.mode = Mode.DONE
             stream.answer(
-                _RESOURCE_EXHAUSTED,
+                RESOURCE_EXHAUSTED,
                 f"relay: request headers of {size} bytes exceed the runtime's limit of {limit}",
             )
             return False
-        up = _Half(self, stream, 0)
+        up = Half(self, stream, 0)
         up.peer = stream.down
         stream.down.peer = up
         stream.up = up
@@ -113,13 +120,13 @@ class _Upstream(_Endpoint):
             self.streams[up.sid] = up
             self._emit_headers(up, headers, end)
             return True
-        up.park((_Q_HEADERS, headers, end))
+        up.park((Q_HEADERS, headers, end))
         self.waiting.append(up)
         if self.ready:
             self._open_waiting()
         return True
 
-    def adopt(self, h: _Half) -> None:
+    def adopt(self, h: Half) -> None:
         """Take over a not-yet-opened half from a connection that went away."""
         h.conn = self
         h.window = self.peer_initial_window
@@ -143,7 +150,7 @@ class _Upstream(_Endpoint):
             self.streams[h.sid] = h
             self._drain(h)
 
-    def _take_sid(self, h: _Half) -> int:
+    def _take_sid(self, h: Half) -> int:
         """The stream id for ``h``: the call's id on kubelet's connection when it is still free
         here (ids may skip, RFC 9113 5.1.1), so that the call's DATA frames can pass through as
         they came (``send_data``); otherwise the next one."""
@@ -179,13 +186,13 @@ class _Upstream(_Endpoint):
         if self.waiting:
             self._open_waiting()
 
-    def _half_failed(self, h: _Half, exc: StreamError) -> None:
-        h.stream.fail(_INTERNAL, f"relay: upstream {self.target} stream error: {exc}")
+    def _half_failed(self, h: Half, exc: StreamError) -> None:
+        h.stream.fail(INTERNAL, f"relay: upstream {self.target} stream error: {exc}")
 
-    def _headers_too_large(self, h: _Half, size: int) -> None:
+    def headers_too_large(self, h: Half, size: int) -> None:
         """Request trailers over the runtime's SETTINGS_MAX_HEADER_LIST_SIZE."""
         h.stream.fail(
-            _RESOURCE_EXHAUSTED,
+            RESOURCE_EXHAUSTED,
             f"relay: request trailers of {size} bytes exceed the runtime's limit of "
             f"{self.peer_max_header_list}",
         )
@@ -205,7 +212,7 @@ class _Upstream(_Endpoint):
         for sid, h in list(self.streams.items()):
             if sid > last:  # never processed by the upstream
                 h.stream.fail(
-                    _UNAVAILABLE, f"upstream {self.target} went away before handling the call"
+                    UNAVAILABLE, f"upstream {self.target} went away before handling the call"
                 )
         self._move_waiting()
         if not self.streams:
@@ -217,7 +224,7 @@ class _Upstream(_Endpoint):
         self.waiting.clear()
         for h in halves:
             h.local_ended = h.remote_ended = True
-            h.stream.fail(_UNAVAILABLE, message)
+            h.stream.fail(UNAVAILABLE, message)
 
     def close(self) -> None:
         if self.transport is None:

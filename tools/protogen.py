@@ -1,5 +1,5 @@
-"""What both generators of committed protobuf modules share (`enforcer.cri.generate`,
-`enforcer.nriapi.generate`): running protoc, writing its output byte for byte the same on every
+"""What both generators of committed protobuf modules share (`tools.generate_cri`,
+`tools.generate_nri`): running protoc, writing its output byte for byte the same on every
 platform, and the command line."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Regenerate the NRI and ttrpc Python modules from ``proto/nri`` and ``proto/ttrpc``.
 
-Usage: ``python -m enforcer.nriapi.generate [--out DIR]`` (``make proto`` runs it).
+Usage: ``python -m tools.generate_nri [--out DIR]`` (``make proto`` runs it).
 
 The modules are committed; ``tests/test_nri_proto.py`` regenerates them into a temporary
 folder and requires byte-identical output (the same pinned ``grpcio-tools`` as the CRI ones).
@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from enforcer.protogen import PROTO_ROOT, protoc, run_cli, write_generated
+from tools.protogen import PROTO_ROOT, REPO_ROOT, protoc, run_cli, write_generated
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = REPO_ROOT / "enforcer" / "nriapi"  # where the modules are committed
 # Relative to PROTO_ROOT: registered as "nri/api.proto" and "ttrpc/request.proto".
 PROTO_FILES = {"nri/api.proto": "api", "ttrpc/request.proto": "request"}
 GENERATED = tuple(

@@ -1,7 +1,8 @@
 """Read the hardware topology from sysfs (`<root>/devices/system/{cpu,node}`).
 
-This is the only module of the package that does I/O. Files that older kernels or containers
-lack are optional; a file that exists but holds garbage raises TopologyError naming the file.
+The model it builds (`enforcer.topology`) does no I/O: the files are read here. Files that
+older kernels or containers lack are optional; a file that exists but holds garbage raises
+TopologyError naming the file.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from enforcer.topology.cpuset import CPUSet
 from enforcer.topology.model import CPUInfo, NumaNode, Topology, TopologyError
-from resource_contract.bounded import read_value_file
+from resource_files.reads import read_value_file
 
 _CPU_DIR = re.compile(r"cpu(\d+)", re.ASCII)  # int() would read "cpu٣" as CPU 3
 _NODE_DIR = re.compile(r"node(\d+)", re.ASCII)

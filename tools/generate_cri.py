@@ -1,6 +1,6 @@
 """Regenerate the CRI Python modules from ``proto/cri/api.proto``.
 
-Usage: ``python -m enforcer.cri.generate [--out DIR]`` (``make proto`` runs it).
+Usage: ``python -m tools.generate_cri [--out DIR]`` (``make proto`` runs it).
 
 The generated modules are committed; ``tests/test_proto.py`` regenerates them into a temporary
 folder and requires byte-identical output, so the output must be deterministic: the same
@@ -14,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from enforcer.protogen import PROTO_ROOT, protoc, run_cli, write_generated
+from tools.protogen import PROTO_ROOT, REPO_ROOT, protoc, run_cli, write_generated
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = REPO_ROOT / "enforcer" / "cri"  # where the modules are committed
 # Relative to PROTO_ROOT: the descriptor is registered as "cri/api.proto", a name less likely to
 # clash in the process-wide descriptor pool than a bare "api.proto".
 PROTO_FILE = "cri/api.proto"
