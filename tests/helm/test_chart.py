@@ -222,7 +222,8 @@ def test_the_nri_required_plugin_annotation() -> None:
 
     key = "tolerate-missing-nri-plugins.noderesource.dev"
     assert annotations({"mode": "nri", "enforcer.nri.requiredPlugin": "true"})[key] == "true"
-    assert key not in annotations({"mode": "nri"})
+    assert annotations({"mode": "nri"})[key] == "true"  # as deploy/nri: the plugin's own pod
+    assert key not in annotations({"mode": "relay"})
     notes = helm(
         "install",
         "kre",
