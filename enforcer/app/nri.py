@@ -180,8 +180,7 @@ async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -
     manager.closed = True
     for task in tasks:
         task.cancel()
-    if dra is not None:
-        dra.stop()
+    dra.stop()
     lock.abandon()
     if source is not None:
         await asyncio.to_thread(source.stop)

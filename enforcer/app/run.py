@@ -304,8 +304,7 @@ async def run(options: RunOptions) -> int:
     manager.closed = True  # no configuration is applied from here on
     for task in tasks:
         task.cancel()
-    if dra is not None:
-        dra.stop()
+    dra.stop()
     lock.abandon()  # when still waiting to take over: stop waiting
     if source is not None:
         await asyncio.to_thread(source.stop)
