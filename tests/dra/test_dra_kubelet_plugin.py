@@ -131,3 +131,32 @@ def test_a_claim_deleted_and_made_again_is_refused_by_uid(bed) -> None:  # type:
         assert "the API server has uid uid-one, kubelet asks for uid-old" in (
             answer.claims["uid-old"].error
         )
+
+
+def test_grouped_mode_prepares_cpus_our_placement_picks_inside_the_node(tmp_path: Path) -> None:
+    from enforcer.configuration import parse_config
+
+    config = parse_config(
+        {"policy": {"name": "static", "reservedCPUs": "0"}, "dra": {"mode": "grouped"}}
+    )
+    e = enforcer(tmp_path, StandInRuntime(), config)
+    grouped = claim("two", "numa-0")
+    result = grouped["status"]["allocation"]["devices"]["results"][0]
+    result.update(consumedCapacity={"cpu": "2"}, shareID="share-1")
+    driver = DRADriver(
+        e,
+        node_name="node-a",
+        read_claim=lambda ns, name: grouped,
+        on_worker=lambda fn: fn(),
+        cdi_dir=tmp_path / "cdi",
+    )
+    [device] = driver.devices()
+    assert device["name"] == "numa-0" and device["capacity"]["cpu"]["value"] == "3"
+    from enforcer.dra.kubelet_plugin import ClaimRef
+
+    prepared = driver.prepare(ClaimRef("ns", "uid-two", "two"))
+    assert prepared.devices[0].share_id == "share-1"
+    held = claims(e.policy)["uid-two"].exclusive
+    assert len(held) == 2 and held <= CPUSet.parse("1-3")
+    # The claim's own CPUs are not taken off the capacity (the scheduler counts them).
+    assert driver.devices()[0]["capacity"]["cpu"]["value"] == "3"
