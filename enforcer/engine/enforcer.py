@@ -880,7 +880,9 @@ class Enforcer:
 
     def hold_claim(self, request: ContainerRequest, cpus: CPUSet) -> None:
         """Holds a prepared claim's CPUs (in the state file when this returns); the shared pools
-        move off them. ValueError naming the holder when one is taken meanwhile."""
+        move off them. ValueError naming the holder when one is taken meanwhile; Refused
+        (unavailable) while this process may not decide (kubelet retries)."""
+        self._may_decide()
         with self.registry.change():
             self.registry.hold_claim(request, cpus)
         self._count()
@@ -888,6 +890,8 @@ class Enforcer:
 
     def release_claim(self, uid: str) -> bool:
         """Releases an unprepared claim's CPUs back to the shared pools; False if not held."""
+        if self.not_in_charge:
+            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
         key = claimed.claim_key(uid)
         if key not in self.policy.admitted:
             return False

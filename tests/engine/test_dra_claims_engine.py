@@ -73,6 +73,13 @@ def test_exclusive_cpus_and_claims_never_overlap(tmp_path: Path) -> None:
     assert set(claims(e.policy)) == {"u1"}  # the refused hold left nothing behind
 
 
+def test_no_claim_is_held_before_the_runtime_was_read_after_a_start(tmp_path: Path) -> None:
+    e = enforcer(tmp_path, StandInRuntime(), reconciled=False)
+    with pytest.raises(Refused, match="not yet read the runtime's containers") as refused:
+        hold(e, "u1", "1")
+    assert refused.value.reason is Reason.UNAVAILABLE and claims(e.policy) == {}
+
+
 def test_a_container_naming_a_claim_not_prepared_here_is_refused(tmp_path: Path) -> None:
     e = enforcer(tmp_path, StandInRuntime())
     with pytest.raises(Refused, match="DRA claim nope is not prepared on this node") as refused:
