@@ -135,7 +135,15 @@ def enforcer_task_pid(cluster: Cluster) -> int:
     for line in out.splitlines():
         fields = line.split()
         if fields and fields[0] == cid:
-            return int(fields[1])
+            pid = int(fields[1])
+            if cluster.mode == "nri":
+                return pid
+            # Relay mode runs `run --supervise`: the enforcer is the supervisor's child, which
+            # the supervisor starts again (killing the supervisor would take the relay, and
+            # with it kubelet's way to the runtime, away for good).
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            assert children, f"the supervisor {pid} has no enforcer child"
+            return int(children[0])
     raise AssertionError(f"no task of the enforcer's container {cid}: {out}")
 
 
@@ -173,9 +181,12 @@ def test_a_claimed_cpu_is_the_pods_alone_through_crashes_and_back_to_the_pool(
     # kill -9 of the enforcer: kubelet starts it again; the claim stays held. (A pod made
     # while no plugin runs starts unpinned, NRI being fail-open, and is re-pinned once the
     # plugin is back: so the new enforcer is waited for, and the final cpuset read.)
-    restarts = enforcer_restarts(node)
-    os.kill(enforcer_task_pid(node), signal.SIGKILL)
-    wait_for("the enforcer started again", lambda: enforcer_restarts(node) > restarts, 180)
+    restarts, victim = enforcer_restarts(node), enforcer_task_pid(node)
+    os.kill(victim, signal.SIGKILL)
+    if node.mode == "nri":  # kubelet restarts the container
+        wait_for("the enforcer started again", lambda: enforcer_restarts(node) > restarts, 180)
+    else:  # the supervisor restarts its child, which takes the relay socket again
+        wait_for("a new enforcer child", lambda: enforcer_task_pid(node) != victim, 180)
     node.wait_programs()
     assert cpus(node, "claimed") == CPUSet.of(1)
     place(node, w.pod("after-kill", NS, w.container("app", w.burstable())))
