@@ -142,8 +142,7 @@ def enforcer_task_pid(cluster: Cluster) -> int:
             # the supervisor starts again (killing the supervisor would take the relay, and
             # with it kubelet's way to the runtime, away for good).
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            assert children, f"the supervisor {pid} has no enforcer child"
-            return int(children[0])
+            return int(children[0]) if children else 0  # 0: being started again
     raise AssertionError(f"no task of the enforcer's container {cid}: {out}")
 
 
@@ -182,11 +181,12 @@ def test_a_claimed_cpu_is_the_pods_alone_through_crashes_and_back_to_the_pool(
     # while no plugin runs starts unpinned, NRI being fail-open, and is re-pinned once the
     # plugin is back: so the new enforcer is waited for, and the final cpuset read.)
     restarts, victim = enforcer_restarts(node), enforcer_task_pid(node)
+    assert victim > 0
     os.kill(victim, signal.SIGKILL)
     if node.mode == "nri":  # kubelet restarts the container
         wait_for("the enforcer started again", lambda: enforcer_restarts(node) > restarts, 180)
     else:  # the supervisor restarts its child, which takes the relay socket again
-        wait_for("a new enforcer child", lambda: enforcer_task_pid(node) != victim, 180)
+        wait_for("a new enforcer child", lambda: enforcer_task_pid(node) not in (0, victim), 180)
     node.wait_programs()
     assert cpus(node, "claimed") == CPUSet.of(1)
     place(node, w.pod("after-kill", NS, w.container("app", w.burstable())))
