@@ -185,9 +185,11 @@ def test_a_claimed_cpu_is_the_pods_alone_through_crashes_and_back_to_the_pool(
     os.kill(victim, signal.SIGKILL)
     if node.mode == "nri":  # kubelet restarts the container
         wait_for("the enforcer started again", lambda: enforcer_restarts(node) > restarts, 180)
-    else:  # the supervisor restarts its child, which takes the relay socket again
+        node.wait_programs()
+    else:  # the supervisor restarts its child, which serves the relay socket again
         wait_for("a new enforcer child", lambda: enforcer_task_pid(node) not in (0, victim), 180)
-    node.wait_programs()
+        wait_for("the relay serving", node.relay_serving, 120)
+        wait_for("the node Ready", node.node_ready, 180)
     assert cpus(node, "claimed") == CPUSet.of(1)
     place(node, w.pod("after-kill", NS, w.container("app", w.burstable())))
     wait_for("after-kill off the claimed CPU", lambda: cpus(node, "after-kill") == RESERVED)
