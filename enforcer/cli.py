@@ -130,8 +130,16 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         "--kubelet-dir",
         default=d.kubelet_dir,
         metavar="DIR",
-        help="kubelet's --root-dir; the enforcer does not start when its cpu_manager_state "
-        "names a CPU manager policy other than none (default: %(default)s)",
+        help="kubelet's --root-dir: the enforcer does not start when its cpu_manager_state "
+        "names a CPU manager policy other than none; the DRA driver's sockets go to "
+        "DIR/plugins_registry/ and DIR/plugins/cpu.resource-enforcer.dev/ (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        default=d.cdi_dir,
+        metavar="DIR",
+        help="the DRA driver (dra.enabled): where the runtime reads CDI specs "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--health-file",
@@ -208,6 +216,7 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "health_file": args.health_file,
         "grace_period": args.grace_period,
         "kubelet_dir": args.kubelet_dir,
+        "cdi_dir": args.cdi_dir,
     }
 
 

@@ -38,9 +38,12 @@ class RunOptions:
     # SIGTERM/SIGINT: how long calls in flight may take to finish before they are cut (a
     # StopContainer lasts as long as the pod's termination grace period, 30 s by default).
     grace_period: float = 30.0
+    # kubelet's --root-dir: its CPU manager's checkpoint (cpu_manager_state) is read at start;
+    # the DRA driver (dra.enabled) serves under plugins_registry/ and plugins/ there. And the
+    # folder of CDI specs the runtime reads (the DRA driver's).
+    kubelet_dir: str = "/var/lib/kubelet"
+    cdi_dir: str = "/var/run/cdi"
     # `nri`: the runtime's NRI socket, and the name and two-digit index to register with.
     nri_socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "resource-enforcer"
     plugin_index: str = "90"
-    # kubelet's --root-dir: its CPU manager's checkpoint (cpu_manager_state) is read at start.
-    kubelet_dir: str = "/var/lib/kubelet"

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from typing import Any
 
+from enforcer.app.dra_start import serve_dra
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint, Serving
 from enforcer.app.node import (
@@ -47,8 +48,8 @@ Background = Coroutine[Any, Any, None]
 
 def services_with_the_daemon(node: Node, worker: EngineWorker) -> list[Background]:
     """Extra services started with either daemon once its transport serves, and cancelled at
-    stop, before the state's last write (the one place to add one, such as a DRA driver)."""
-    return []
+    stop, before the state's last write (the one place to add one)."""
+    return [serve_dra(node.options, node.enforcer, worker)]
 
 
 class Transport(ABC):

@@ -98,6 +98,7 @@ def _host_paths(lay: Layout) -> dict[str, str]:
         "/var/lib/resource-enforcer": str(lay.enforcer_state),
         "/var/run/nri": str(lay.nri_dir),
         "/var/lib/kubelet": str(lay.kubelet_root),
+        "/var/run/cdi": str(lay.cdi_dir),
     }
 
 
@@ -173,7 +174,7 @@ def write_overlay(lay: Layout, kubectl: Kubectl, mode: str) -> Path:
 
 def deploy(lay: Layout, kubectl: Kubectl, mode: str, webhook_cli: Path) -> None:
     """docs/webhook.md, "With `resource-webhook certs`", through the overlay."""
-    for d in (lay.enforcer_state, lay.relay_dir):
+    for d in (lay.enforcer_state, lay.relay_dir, lay.cdi_dir):
         d.mkdir(parents=True, exist_ok=True)
     certs = lay.deploy / "certs"
     _run(
