@@ -48,11 +48,13 @@ bench-deps:
 bench: install bench-deps
 	$(BIN)/python -m bench
 
-# Regenerates the CRI, NRI and ttrpc modules from proto/; tests/test_proto.py and
+# Regenerates the CRI, NRI, ttrpc and DRA (kubelet plugin, plugin registration) modules from
+# proto/; tests/test_proto.py, tests/dra/test_dra_proto.py and
 # tests/test_nri_proto.py prove the committed ones are current.
 proto: install
 	$(BIN)/python -m enforcer.cri.generate
 	$(BIN)/python -m enforcer.nriapi.generate
+	$(BIN)/python -m enforcer.draapi.generate
 
 # After `pip install -U ...` in the venv and a green `make test`: pin what it has now.
 constraints: install

@@ -36,6 +36,7 @@ from resource_contract.classes import (
 from resource_contract.cpu_classes import CpuClassAccess
 from resource_contract.cpu_options import kubelet_option_problems
 from resource_contract.cpusets import cpuset_problem
+from resource_contract.dra_config import DRAConfig
 from resource_contract.preferences import PreferenceAccess
 from resource_contract.quantities import parse_quantity
 
@@ -416,6 +417,7 @@ class Config(_Strict):
         default_factory=NodeResourceTopologyConfig
     )
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    dra: DRAConfig = Field(default_factory=DRAConfig)
 
     def configured_classes(self, kind: ClassKind) -> set[str]:
         """Class names a pod may ask for (the root group is never asked for by name)."""
