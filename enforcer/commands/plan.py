@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from enforcer.commands.manifests import PlanInputError, Pod, load_pods
+from enforcer.commands.manifests import DRAObject, PlanInputError, Pod, load_manifests
+from enforcer.commands.plan_claims import ClaimPlanner, ContainerClaims
 from enforcer.configuration import load_config
 from enforcer.decode import (
     ContainerCreate,
@@ -51,6 +52,8 @@ class _Planned:
     nearest_pool: str | None = None
     # Set for init containers that ran to completion: where they ran.
     finished: Placement | None = None
+    # Set for a container that uses ResourceClaims: what they give it.
+    claims: ContainerClaims | None = None
 
 
 def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
@@ -69,7 +72,9 @@ def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
     return manifest
 
 
-def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
+def _place_pod(
+    pod: Pod, config: Config, policy: Policy, claims: ClaimPlanner | None = None
+) -> list[_Planned]:
     meta = pod["metadata"]
     namespace = meta.get("namespace", "default")
     uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{meta['name']}"))
@@ -78,6 +83,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     containers += [(c, False) for c in spec["containers"]]
     qos = qos_class(spec)
     planned = [_Planned(namespace, meta["name"], c["name"], qos) for c, _ in containers]
+    claimed = claims.for_pod(pod) if claims is not None else {}
     try:
         manifest = _admitted_manifest(pod, config)
     except DecodeError as exc:
@@ -104,6 +110,10 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             p.error = str(exc)
             continue
         p.rdt_class, p.blockio_class = request.rdt_class, request.blockio_class
+        if (got := claimed.get(container["name"])) is not None:
+            p.claims, p.error = got, got.error
+            if got.cpus or got.error:  # runs on its claims' CPUs, which the claims hold
+                continue
         try:
             policy.admit(request)
         except PlacementError as exc:
@@ -119,10 +129,28 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     return planned
 
 
-def plan(config: Config, topology: Topology, pods: Iterable[Pod]) -> tuple[Policy, list[dict]]:
-    """The policy after every pod was admitted in order, and one row per container."""
+def plan(
+    config: Config,
+    topology: Topology,
+    pods: Iterable[Pod | DRAObject],
+    claim_rows: list[dict] | None = None,
+) -> tuple[Policy, list[dict]]:
+    """The policy after every pod was admitted in order, and one row per container. DRA
+    objects among the pods are simulated in order (plan_claims); one row per claim is
+    appended to `claim_rows` when it is given."""
     policy = make_policy(topology, config.policy)
-    planned = [p for pod in pods for p in _place_pod(pod, config, policy)]
+    entries = list(pods)
+    objects = [e for e in entries if isinstance(e, DRAObject)]
+    claims = ClaimPlanner(config, topology, policy, objects)
+    claims.note_uses(e for e in entries if not isinstance(e, DRAObject))
+    planned: list[_Planned] = []
+    for entry in entries:
+        if isinstance(entry, DRAObject):
+            claims.standalone(entry)
+        else:
+            planned.extend(_place_pod(entry, config, policy, claims))
+    if claim_rows is not None:
+        claim_rows.extend(claims.rows())
     all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
     rows = []
     for p in planned:
@@ -156,6 +184,18 @@ def _row(
         "balloon": None,  # TYPE[N] under the balloons policy
         "error": p.error,
     }
+    if p.claims is not None:
+        row["claims"] = p.claims.claims
+        if p.claims.cpus and p.error is None:
+            cpus = p.claims.cpus
+            row.update(
+                cpus=str(cpus),
+                mems=str(p.claims.mems),
+                exclusiveCPUs=str(cpus),
+                sharedCPUs="",
+                pool="claim",
+            )
+            return row
     if placement is None or p.request is None:
         return row
     # A placement that leaves a value alone means the container inherits the node's.
@@ -176,8 +216,9 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     try:
         config = load_config(config_path)
         topology = read_topology(sysfs_root)
-        pods = load_pods(pods_path)
-        policy, rows = plan(config, topology, pods)
+        manifests = load_manifests(pods_path)
+        claim_rows: list[dict] = []
+        policy, rows = plan(config, topology, manifests.entries, claim_rows)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{config_path}: {problem}", file=sys.stderr)
@@ -185,10 +226,10 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     except (TopologyError, PlanInputError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    # 2 when some container could not be placed: a CI job can gate a rollout on it.
-    code = 2 if any(r["error"] for r in rows) else 0
+    # 2 when some container or claim could not be placed: a CI job can gate a rollout on it.
+    code = 2 if any(r["error"] for r in rows + claim_rows) else 0
     if fmt == "json":
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows + claim_rows, indent=2))
         return code
     print(placements_report(topology, policy, views_of(policy, {})))
     for key, admitted in policy.admitted.items():
@@ -198,4 +239,13 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
+    for c in claim_rows:
+        if c["error"]:
+            print(f"NOT ALLOCATED {c['error']}")
+            continue
+        by_request: dict[str, list[str]] = {}
+        for d in c["devices"]:
+            by_request.setdefault(d["request"], []).append(f"{d['driver']}/{d['device']}")
+        devices = "; ".join(f"{r}: {', '.join(names)}" for r, names in by_request.items())
+        print(f"CLAIM {c['namespace']}/{c['claim']}: cpus {c['cpus'] or 'none'}; {devices}")
     return code
