@@ -6,6 +6,7 @@ import grpc
 
 from enforcer.cri import api_pb2
 from enforcer.decode import ContainerCreate, KubeletResources
+from enforcer.decode.dra_claims import claims_from_cdi
 from enforcer.refusal import Reason
 from resource_contract.classes import is_runtime_class_key
 
@@ -69,4 +70,5 @@ def container_create(request: api_pb2.CreateContainerRequest) -> ContainerCreate
             if sandbox.linux.HasField("resources")
             else None
         ),
+        dra_claims=claims_from_cdi(d.name for d in request.config.CDI_devices),
     )

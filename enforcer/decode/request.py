@@ -82,6 +82,8 @@ class ContainerCreate:
     # The pod's own resources as kubelet sent them with the sandbox (its requests and limits
     # together, or its pod-level ones), when the runtime passes them on.
     pod_resources: KubeletResources | None = None
+    # The uids of the prepared DRA claims of ours it names (enforcer.decode.dra_claims).
+    dra_claims: tuple[str, ...] = ()
 
 
 # The metadata of a field that holds a count, never negative: a saved state's checks

@@ -30,6 +30,7 @@ from enforcer.decode import (
     decode_container,
     estimate_from_cri,
 )
+from enforcer.engine import claimed
 from enforcer.engine.adoption import StoppedContainers, adopt, newly_stuck
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RecordUnusable, Runtime, RuntimeAway
@@ -232,6 +233,7 @@ class Enforcer:
         wanted = decode_container(
             create, classes=self.classes, machine=self.machine, warn=log.warning
         )
+        wanted = claimed.for_container(self.policy, create, wanted)
         if self.controllers is not None:
             wanted = self.controllers.admit(wanted)
         return wanted
@@ -262,6 +264,8 @@ class Enforcer:
                     str(placement.cpus) if placement.cpus else "",
                     str(placement.mems) if placement.mems else "",
                 )
+                if pinned := claimed.pinning_of(self.policy, self.topology, wanted):
+                    pinning = Pinning(str(pinned[0]), str(pinned[1]))
                 self.registry.put(
                     Entry(
                         key=wanted.key,
@@ -549,6 +553,8 @@ class Enforcer:
         """The cpuset and memory nodes a container should have now. Where the policy leaves a
         value alone it is kubelet's, or everything (kubelet's empty value inherits it)."""
         request = self.registry.request(key)
+        if pinned := claimed.pinning_of(self.policy, self.topology, request):
+            return Pinning(str(pinned[0]), str(pinned[1]))
         placement = self.registry.placement(key)
         cpus = str(placement.cpus or request.kubelet_cpus) or self._all_cpus
         mems = str(placement.mems or request.kubelet_mems) or self._all_mems
@@ -869,6 +875,27 @@ class Enforcer:
         log.info("reconciled with the runtime: %d containers tracked", len(self.registry.entries))
 
     # -- views ---------------------------------------------------------------------------------
+
+    # -- DRA claims (enforcer.engine.claimed; called by the DRA driver, on the worker) ----------
+
+    def hold_claim(self, request: ContainerRequest, cpus: CPUSet) -> None:
+        """Holds a prepared claim's CPUs (in the state file when this returns); the shared pools
+        move off them. ValueError naming the holder when one is taken meanwhile."""
+        with self.registry.change():
+            self.registry.hold_claim(request, cpus)
+        self._count()
+        self.repin()
+
+    def release_claim(self, uid: str) -> bool:
+        """Releases an unprepared claim's CPUs back to the shared pools; False if not held."""
+        key = claimed.claim_key(uid)
+        if key not in self.policy.admitted:
+            return False
+        with self.registry.change():
+            self.registry.remove(key)
+        self._count()
+        self.repin()
+        return True
 
     def views(self) -> list[ContainerView]:
         return self.registry.views()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from enforcer.decode import ContainerRequest
+from enforcer.engine import claimed
 from enforcer.engine.model import Entry, Phase
 from enforcer.policy import Admitted, Placement, PlacementError, Policy
 from enforcer.refusal import Reason, Refusal
@@ -155,6 +156,11 @@ class Registry:
         self.policy.hold(request, cpus)
         if request.key in self.entries:
             self.entries[request.key] = replace(self.entries[request.key], unplaced=why)
+
+    def hold_claim(self, request: ContainerRequest, cpus: CPUSet) -> None:
+        """A prepared DRA claim's CPUs held (enforcer.engine.claimed); ValueError when taken."""
+        self._note(request.key)
+        claimed.hold(self.policy, request, cpus)
 
     def remove(self, key: str) -> Admitted | None:
         self._note(key)
@@ -314,7 +320,9 @@ class Registry:
             with contextlib.suppress(KeyError, TypeError, ValueError):  # the policy reports it
                 decision = Admitted.from_dict(data)
                 previous[decision.request.key] = decision
-        problems = self.policy.restore(saved.get("policy", {}))
+        held, policy_state = claimed.split_claims(saved.get("policy", {}))
+        problems = claimed.hold_saved(self.policy, held)  # before any container is placed
+        problems += self.policy.restore(policy_state)
         for data in saved.get("containers", []):
             entry = Entry.from_dict(data)
             if entry.key in previous:
@@ -398,7 +406,10 @@ class Registry:
         """Moves every decision onto a new policy (a new configuration): containers keep their
         CPUs where it allows, the others are placed anew or held. Returns what moved."""
         old = self.policy
-        problems = dict(_by_name(p) for p in policy.restore(old.to_state()))
+        held, policy_state = claimed.split_claims(old.to_state())
+        for problem in claimed.hold_saved(policy, held):
+            log.error("after reconfiguration, %s", problem)
+        problems = dict(_by_name(p) for p in policy.restore(policy_state))
         self.policy = policy
         notes = []
         for key, before in old.admitted.items():

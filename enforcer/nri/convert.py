@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from enforcer.cri import api_pb2 as cri_api
 from enforcer.cri.convert import STATUS
 from enforcer.decode import ContainerCreate, KubeletResources
+from enforcer.decode.dra_claims import claims_from_env
 from enforcer.decode.request import container_key
 from enforcer.engine.model import LiveContainer, Pinning
 from enforcer.nriapi import api_pb2
@@ -66,6 +67,7 @@ def container_create(pod: api_pb2.PodSandbox, container: api_pb2.Container) -> C
             if pod.linux.HasField("pod_resources")
             else None
         ),
+        dra_claims=claims_from_env(container.env),
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from enforcer.decode.dra_claims import CLAIM_SOURCE
 from enforcer.policy import POLICIES, Admitted
 from enforcer.topology import CPUSet
 
@@ -147,17 +148,27 @@ def _check_containers(
         checked.containers.append(entry)
     if not paired:
         return
-    # A policy entry without its container entry would hold CPUs nobody can release.
+    # A policy entry without its container entry would hold CPUs nobody can release; a
+    # prepared DRA claim's is released by unpreparing it, and has no container entry.
     # `keys` and the kept policy entries were filled together, so they pair in order; the key
     # is the request's own (with its attempt), never rebuilt from parts of the entry.
     kept = []
     for (key, where), entry in zip(keys.items(), checked.policy["admitted"], strict=True):
-        if key in seen:
+        if key in seen or _is_claim(entry):
             kept.append(entry)
         else:
             checked.damage.append(f"{where}: no container entry has its key")
             checked.dropped.append(where)
     checked.policy["admitted"] = kept
+
+
+def _is_claim(entry: Mapping[str, Any]) -> bool:
+    request = entry.get("request")
+    return (
+        entry.get("kind") == "held"
+        and isinstance(request, dict)
+        and request.get("source") == CLAIM_SOURCE
+    )
 
 
 def _value_problems(made: object, prefix: str) -> list[str]:
