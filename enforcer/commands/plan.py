@@ -25,7 +25,7 @@ from enforcer.decode import (
     decode_container,
 )
 from enforcer.decode.kubelet import cgroup_parent_for, resources_for
-from enforcer.engine import views_of
+from enforcer.engine import claimed, views_of
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
@@ -52,8 +52,9 @@ class _Planned:
     nearest_pool: str | None = None
     # Set for init containers that ran to completion: where they ran.
     finished: Placement | None = None
-    # Set for a container that uses ResourceClaims: what they give it.
+    # Set for a container that uses ResourceClaims: which, and the (cpus, mems) they pin.
     claims: ContainerClaims | None = None
+    pinned: tuple[CPUSet, CPUSet] | None = None
 
 
 def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def _place_pod(
     containers += [(c, False) for c in spec["containers"]]
     qos = qos_class(spec)
     planned = [_Planned(namespace, meta["name"], c["name"], qos) for c, _ in containers]
-    claimed = claims.for_pod(pod) if claims is not None else {}
+    claims_of = claims.for_pod(pod) if claims is not None else {}
     try:
         manifest = _admitted_manifest(pod, config)
     except DecodeError as exc:
@@ -103,23 +104,29 @@ def _place_pod(
             cgroup_parent=cgroup_parent,
             resources=resources_for(container, spec),
             labels=dict(meta.get("labels") or {}),
+            # The claims it names, as kubelet hands them to the runtime (one CDI device each).
+            dra_claims=got.uids if (got := claims_of.get(container["name"])) else (),
         )
+        if got is not None:
+            p.claims = got
+            if got.error:  # kubelet does not start a pod whose claims are not allocated
+                p.error = got.error
+                continue
         try:
             request = decode_container(create, classes=class_settings(config), machine=machine)
+            # As the engine does: on the shared pool, the classes of its claims, pinned to them.
+            request = claimed.for_container(policy, create, request)
         except DecodeError as exc:
             p.error = str(exc)
             continue
         p.rdt_class, p.blockio_class = request.rdt_class, request.blockio_class
-        if (got := claimed.get(container["name"])) is not None:
-            p.claims, p.error = got, got.error
-            if got.cpus or got.error:  # runs on its claims' CPUs, which the claims hold
-                continue
         try:
             policy.admit(request)
         except PlacementError as exc:
             p.error, p.nearest_pool = str(exc), exc.nearest_pool
             continue
         p.request = request
+        p.pinned = claimed.pinning_of(policy, policy.topology, request)
         # An init container runs to completion before the next container starts: it is shown
         # where it ran, and its CPUs are free again for the rest of the pod. Sidecars
         # (restartPolicy Always) keep running beside the app containers.
@@ -186,16 +193,15 @@ def _row(
     }
     if p.claims is not None:
         row["claims"] = p.claims.claims
-        if p.claims.cpus and p.error is None:
-            cpus = p.claims.cpus
-            row.update(
-                cpus=str(cpus),
-                mems=str(p.claims.mems),
-                exclusiveCPUs=str(cpus),
-                sharedCPUs="",
-                pool="claim",
-            )
-            return row
+    if p.pinned is not None:  # its claims' CPUs, held for them: nobody else's
+        row.update(
+            cpus=str(p.pinned[0]),
+            mems=str(p.pinned[1]),
+            exclusiveCPUs=str(p.pinned[0]),
+            sharedCPUs="",
+            pool="claim",
+        )
+        return row
     if placement is None or p.request is None:
         return row
     # A placement that leaves a value alone means the container inherits the node's.

@@ -5,14 +5,17 @@ from the CPUs the policy does not hold at that moment) and those of the other dr
 ResourceSlices given in the file. Claims are allocated in file order, as the scheduler would:
 a pod's claims when the pod comes (a template gives each pod its own claim `POD-CLAIM`; a named
 claim is allocated once and shared by every pod that uses it), a claim or template that no pod
-uses at its place in the file. The CPUs a claim gets are held in the policy under the claim, so
-no other container gets them; in grouped mode they are picked inside the allocated NUMA node
-by the CPU allocator. A container that uses a claim with our CPUs runs on exactly those CPUs
-and their memory nodes.
+uses at its place in the file. Each allocated claim is then prepared and held by the node's own
+code (`enforcer.dra.claims.prepare_claim`, `enforcer.engine.claimed`): its CPUs (in grouped mode
+picked inside the allocated NUMA node), memory nodes and the classes of its configuration; held,
+no other container gets them. A container that names a claim is admitted as the node admits it
+(on the shared pool, `claimed.for_container`) and runs on its claims' CPUs (`pinning_of`): as on
+the node, a container gets every CPU of the claims it names, whichever request it names.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +31,9 @@ from enforcer.claims.model import (
     devices_of_slice,
 )
 from enforcer.commands.manifests import DRAObject, PlanInputError, Pod
-from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
-from enforcer.decode import ContainerRequest
-from enforcer.dra.devices import (
-    allocatable_cpus,
-    build_devices,
-    cpu_of_device,
-    node_of_device,
-    slice_specs,
-)
+from enforcer.dra.claims import ClaimError, ClassRules, PreparedClaim, prepare_claim
+from enforcer.dra.devices import allocatable_cpus, build_devices, slice_specs
+from enforcer.engine import claimed
 from enforcer.policy import Policy
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
@@ -53,34 +50,30 @@ class Claim:
     namespace: str
     name: str
     source: str  # ResourceClaim, or ResourceClaimTemplate TEMPLATE
+    uid: str = ""
     pods: list[str] = field(default_factory=list)
     results: list[Allocated] = field(default_factory=list)
-    cpus: list[CPUSet] = field(default_factory=list)  # our CPUs of each result
+    prepared: PreparedClaim | None = None
     error: str | None = None
 
-    def cpus_of(self, request: str | None) -> CPUSet:
-        """Our CPUs of one request (`req` also takes its subrequests), or of all of them."""
-        found = CPUSet()
-        for a, cpus in zip(self.results, self.cpus, strict=True):
-            if request is None or a.request == request or a.request.startswith(f"{request}/"):
-                found |= cpus
-        return found
-
-    def row(self, topology: Topology) -> dict[str, Any]:
+    def row(self) -> dict[str, Any]:
+        p = self.prepared
         return {
             "namespace": self.namespace,
             "claim": self.name,
             "source": self.source,
             "pods": self.pods,
-            "cpus": str(self.cpus_of(None)) if self.results else None,
-            "devices": [
-                _result(a, cpus, topology) for a, cpus in zip(self.results, self.cpus, strict=True)
-            ],
+            "cpus": str(p.cpus) if p is not None else None,
+            "mems": str(p.mems) if p is not None else None,
+            "rdtClass": p.classes.rdt if p is not None else None,
+            "blockioClass": p.classes.blockio if p is not None else None,
+            "cpuClass": p.classes.cpu if p is not None else None,
+            "devices": [_result(a) for a in self.results],
             "error": self.error,
         }
 
 
-def _result(a: Allocated, cpus: CPUSet, topology: Topology) -> dict[str, Any]:
+def _result(a: Allocated) -> dict[str, Any]:
     d = a.device
     row: dict[str, Any] = {
         "request": a.request,
@@ -89,31 +82,48 @@ def _result(a: Allocated, cpus: CPUSet, topology: Topology) -> dict[str, Any]:
         "device": d.name,
     }
     if a.consumed:
-        row["consumed"] = {k: str(v) for k, v in a.consumed.items()}
-    if d.driver == DRA_DRIVER:
-        row["cpus"] = str(cpus)
-        row["numaNodes"] = str(CPUSet(topology.cpus[c].node for c in cpus))
+        row["consumed"] = {_unqualified(d.driver, k): str(v) for k, v in a.consumed.items()}
     return row
+
+
+def _unqualified(driver: str, name: str) -> str:
+    return name.removeprefix(f"{driver}/")
+
+
+def class_rules(config: Config) -> ClassRules:
+    """What the configuration allows a claim's parameters to ask for."""
+    return ClassRules(
+        configured={
+            "rdt": frozenset(config.configured_classes("rdt")),
+            "blockio": frozenset(config.configured_classes("blockio")),
+            "cpu": frozenset(config.cpuClasses),
+        },
+        access={
+            "rdt": {k: tuple(v) for k, v in config.classAccess.rdt.items()},
+            "blockio": {k: tuple(v) for k, v in config.classAccess.blockio.items()},
+            "cpu": {k: tuple(v) for k, v in config.classAccess.cpu.items()},
+        },
+    )
 
 
 @dataclass(frozen=True)
 class ContainerClaims:
-    """What a container's claims give it: our CPUs (empty: the policy places it) and their
-    memory nodes, the claims' names, and the first claim error."""
+    """A container's claims: the uids of those prepared (which it names to the node, as the
+    CDI device of each), their names, and the first claim error."""
 
-    cpus: CPUSet
-    mems: CPUSet
+    uids: tuple[str, ...]
     claims: list[str]
     error: str | None
 
 
-def _spec_of(obj: DRAObject) -> ClaimSpec:
+def _spec_of(obj: DRAObject) -> tuple[ClaimSpec, Mapping[str, Any]]:
+    """The claim spec, parsed and as written (its `devices.config` rides on the allocation)."""
     spec = obj.body["spec"]
     path = "spec"
     if obj.kind == "ResourceClaimTemplate":
         spec, path = spec.get("spec"), "spec.spec"
     try:
-        return claim_spec(spec, path)
+        return claim_spec(spec, path), spec
     except ClaimInputError as exc:
         raise PlanInputError(f"{obj.where}: {exc}") from None
 
@@ -125,8 +135,9 @@ class ClaimPlanner:
         self, config: Config, topology: Topology, policy: Policy, objects: Iterable[DRAObject]
     ) -> None:
         self.config, self.topology, self.policy = config, topology, policy
-        self.claims: dict[tuple[str, str], tuple[DRAObject, ClaimSpec]] = {}
-        self.templates: dict[tuple[str, str], tuple[DRAObject, ClaimSpec]] = {}
+        self.claims: dict[tuple[str, str], tuple[ClaimSpec, Mapping[str, Any]]] = {}
+        self.templates: dict[tuple[str, str], tuple[ClaimSpec, Mapping[str, Any]]] = {}
+        self.rules = class_rules(config)
         others: list[Device] = []
         classes = {OUR_CLASS.name: OUR_CLASS}
         for obj in objects:
@@ -150,12 +161,11 @@ class ClaimPlanner:
                     raise PlanInputError(
                         f"{obj.where}: {obj.kind} {key[0]}/{key[1]} is given twice"
                     )
-                table[key] = (obj, _spec_of(obj))
+                table[key] = _spec_of(obj)
         self.others = others
         self.allocator = Allocator([], classes)
         self.done: dict[tuple[str, str], Claim] = {}
         self.order: list[Claim] = []
-        self.claimed = CPUSet()
         self.used_by_pods: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
 
     # --- the devices of this node now --------------------------------------------------------
@@ -163,7 +173,7 @@ class ClaimPlanner:
     def _our_devices(self) -> list[Device]:
         if not self.config.dra.enabled:
             return []
-        held = self.policy.taken - self.claimed  # the policy's own exclusive CPUs
+        held = self.policy.taken - self._claimed()  # the policy's own exclusive CPUs
         offered = allocatable_cpus(self.policy.available, self.policy.reserved, held)
         devices = build_devices(
             self.topology, offered, self.config.dra.mode, cpu_classes=self.policy.cpu_classes()
@@ -175,54 +185,63 @@ class ClaimPlanner:
 
     # --- allocation --------------------------------------------------------------------------
 
-    def _allocate(self, namespace: str, name: str, source: str, spec: ClaimSpec) -> Claim:
-        claim = Claim(namespace, name, source)
+    def _claimed(self) -> CPUSet:
+        return CPUSet().union(*(a.exclusive for a in claimed.claims(self.policy).values()))
+
+    def _allocate(
+        self, namespace: str, name: str, source: str, spec: tuple[ClaimSpec, Mapping[str, Any]]
+    ) -> Claim:
+        uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"resourceclaim/{namespace}/{name}"))
+        claim = Claim(namespace, name, source, uid)
         self.order.append(claim)
         self.allocator.devices = self._our_devices() + self.others
         try:
-            claim.results = self.allocator.allocate(spec)
+            claim.results = self.allocator.allocate(spec[0])
         except (Unsatisfiable, ClaimInputError) as exc:
-            claim.error = f"claim {namespace}/{name}: {exc}{self._hint(spec)}"
+            claim.error = f"claim {namespace}/{name}: {exc}{self._hint(spec[0])}"
             return claim
+        if not any(a.device.driver == DRA_DRIVER for a in claim.results):
+            return claim  # other drivers' devices only: nothing for the enforcer to hold
         try:
-            claim.cpus = self._cpus(claim.results)
-        except NotEnoughCPUs as exc:  # grouped: the group's free CPUs were fewer than its capacity
-            claim.error = f"claim {namespace}/{name}: no CPUs left in its NUMA node: {exc}"
-            return claim
-        cpus = claim.cpus_of(None)
-        if cpus:
-            holder = ContainerRequest(
-                pod_uid=f"claim:{namespace}/{name}",
-                pod_name=name,
-                namespace=namespace,
-                container="(claim)",
-                qos="Guaranteed",
+            claim.prepared = prepare_claim(
+                self._as_allocated(claim, spec[1]),
+                node_name=_NODE,
+                topology=self.topology,
+                offered=self.policy.available - self.policy.reserved,
+                holders=claimed.holders(self.policy),
+                rules=self.rules,
             )
-            self.policy.hold(holder, cpus)
-            self.claimed |= cpus
+            classes = claim.prepared.classes
+            holder = claimed.claim_request(
+                uid,
+                namespace,
+                name,
+                rdt_class=classes.rdt,
+                blockio_class=classes.blockio,
+                cpu_class=classes.cpu,
+            )
+            claimed.hold(self.policy, holder, claim.prepared.cpus)
+        except (ClaimError, ValueError) as exc:
+            claim.prepared, claim.error = None, str(exc)
         return claim
 
-    def _cpus(self, results: list[Allocated]) -> list[CPUSet]:
-        """Our CPUs of each result: a CPU device's CPU; in a NUMA node device, as many CPUs as
-        the result consumed, picked by the CPU allocator among the node's free CPUs."""
-        found: list[CPUSet] = []
-        picked = CPUSet()
-        for a in results:
-            cpus = CPUSet()
-            if a.device.driver == DRA_DRIVER:
-                cpu = cpu_of_device(a.device.name)
-                if cpu is not None:
-                    cpus = CPUSet([cpu])
-                else:
-                    node = node_of_device(a.device.name)
-                    assert node is not None, a.device.name
-                    count = int(sum(a.consumed.values()))
-                    free = self.policy.available - self.policy.reserved - self.policy.taken
-                    free = (free - picked) & self.topology.cpus_of_node(node)
-                    cpus = allocate_cpus(self.topology, free, count)
-            picked |= cpus
-            found.append(cpus)
-        return found
+    def _as_allocated(self, claim: Claim, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The claim as the API server returns it once the scheduler allocated it."""
+        results = []
+        for a in claim.results:
+            result: dict[str, Any] = {"request": a.request, "driver": a.device.driver}
+            result |= {"pool": a.device.pool, "device": a.device.name}
+            if a.consumed:
+                consumed = {_unqualified(a.device.driver, k): str(v) for k, v in a.consumed.items()}
+                result["consumedCapacity"] = consumed
+            results.append(result)
+        config = (spec.get("devices") or {}).get("config") or []
+        from_claim = [{**c, "source": "FromClaim"} for c in config if isinstance(c, Mapping)]
+        return {
+            "metadata": {"uid": claim.uid, "namespace": claim.namespace, "name": claim.name},
+            "spec": spec,
+            "status": {"allocation": {"devices": {"results": results, "config": from_claim}}},
+        }
 
     def _hint(self, spec: ClaimSpec) -> str:
         ours = any(c.device_class == DRA_DRIVER for r in spec.requests for c in r.choices)
@@ -237,7 +256,7 @@ class ClaimPlanner:
             return self.done[key]
         if key not in self.claims:
             return None
-        claim = self._allocate(namespace, name, "ResourceClaim", self.claims[key][1])
+        claim = self._allocate(namespace, name, "ResourceClaim", self.claims[key])
         self.done[key] = claim
         return claim
 
@@ -247,7 +266,7 @@ class ClaimPlanner:
         if obj.kind == "ResourceClaim" and ("c", ns, obj.name) not in self.used_by_pods:
             self.claim(ns, obj.name)
         if obj.kind == "ResourceClaimTemplate" and ("t", ns, obj.name) not in self.used_by_pods:
-            spec = self.templates[(ns, obj.name)][1]
+            spec = self.templates[(ns, obj.name)]
             self._allocate(ns, obj.name, f"ResourceClaimTemplate {obj.name}", spec)
 
     def note_uses(self, pods: Iterable[Pod]) -> None:
@@ -289,7 +308,7 @@ class ClaimPlanner:
                 found = None
                 if entry is not None:
                     found = self._allocate(
-                        ns, f"{pod_name}-{name}", f"ResourceClaimTemplate {template}", entry[1]
+                        ns, f"{pod_name}-{name}", f"ResourceClaimTemplate {template}", entry
                     )
                 missing = f"ResourceClaimTemplate {ns}/{template} is not in the file"
             if found is None:
@@ -311,28 +330,30 @@ class ClaimPlanner:
         at = f"{where}: container {container['name']}: resources.claims"
         if not isinstance(refs, list):
             raise PlanInputError(f"{at}: expected a list")
-        cpus, names, error = CPUSet(), [], None
+        uids: list[str] = []
+        names: list[str] = []
+        error: str | None = None
         for i, ref in enumerate(refs):
             name = ref.get("name") if isinstance(ref, dict) else None
             if not isinstance(name, str) or name not in by_name:
                 raise PlanInputError(
                     f"{at}[{i}].name: {name!r} is not one of the pod's spec.resourceClaims"
                 )
+            request = ref.get("request")
+            if request is not None and not isinstance(request, str):
+                raise PlanInputError(f"{at}[{i}].request: expected a string")
             claim = by_name[name]
             if isinstance(claim, str):
                 error = error or claim
                 continue
             names.append(claim.name)
             error = error or claim.error
-            request = ref.get("request")
-            if request is not None and not isinstance(request, str):
-                raise PlanInputError(f"{at}[{i}].request: expected a string")
-            cpus |= claim.cpus_of(request)
-        mems = CPUSet(self.topology.cpus[c].node for c in cpus)
-        return ContainerClaims(cpus, mems, names, error)
+            if claim.prepared is not None and claim.uid not in uids:
+                uids.append(claim.uid)
+        return ContainerClaims(tuple(uids), names, error)
 
     def rows(self) -> list[dict[str, Any]]:
-        return [c.row(self.topology) for c in self.order]
+        return [c.row() for c in self.order]
 
 
 def _pod_claims(pod: Pod) -> list[Mapping[str, Any]]:

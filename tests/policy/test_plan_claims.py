@@ -259,7 +259,7 @@ def test_grouped_mode_takes_capacity_of_a_numa_node_and_picks_whole_cores(
     # Node 2 has 36 CPUs: two claims of 16 fit, each on 8 whole cores of node 2, apart.
     assert all(len(c) == 16 and c <= NODE2 for c in got) and not got[0] & got[1]
     assert all(sum(core <= c for core in topology.cores()) == 8 for c in got)
-    assert claims["p0-c"]["devices"][0]["consumed"] == {f"{CPU}/cpu": "16"}
+    assert claims["p0-c"]["devices"][0]["consumed"] == {"cpu": "16"}
     assert (
         rows[2]["error"]
         == claims["p2-c"]["error"]
@@ -285,7 +285,7 @@ def test_a_named_claim_is_allocated_once_and_shared_by_its_pods(
     assert claims["pair"]["pods"] == ["a", "b"] and list(claims) == ["pair"]
 
 
-def test_a_container_gets_only_the_request_it_names(
+def test_a_container_naming_one_request_gets_the_whole_claim_as_on_the_node(
     machine: tuple[Path, Topology], tmp_path: Path
 ) -> None:
     _, topology = machine
@@ -300,7 +300,8 @@ def test_a_container_gets_only_the_request_it_names(
         ),
     ]
     rows, _ = plan_rows(tmp_path, topology, config(), docs)
-    assert [r["cpus"] for r in rows] == ["1", "2-3"]
+    # The driver hands kubelet one CDI device per claim, so both run on all three CPUs.
+    assert [r["cpus"] for r in rows] == ["1-3", "1-3"]
 
 
 def test_the_policys_exclusive_cpus_are_not_offered_to_claims(
@@ -397,4 +398,32 @@ def test_a_missing_template_leaves_the_container_unplaced(
     assert rows[0]["error"] == (
         "pod ai/p: spec.resourceClaims[0]: ResourceClaimTemplate ai/nope is not in the file "
         "(the pod would stay pending)"
+    )
+
+
+def with_parameters(spec: dict, **parameters: str) -> dict:
+    opaque = {
+        "driver": CPU,
+        "parameters": {"apiVersion": f"{CPU}/v1", "kind": "CPUClaimParameters", **parameters},
+    }
+    return {"devices": {**spec["devices"], "config": [{"opaque": opaque}]}}
+
+
+def test_a_cpu_class_rides_on_the_claim_and_is_access_controlled(
+    machine: tuple[Path, Topology], tmp_path: Path
+) -> None:
+    _, topology = machine
+    cfg = {
+        **config(),
+        "cpuClasses": {"turbo": {"minFreq": 2800000, "maxFreq": 3800000}},
+        "classAccess": {"cpu": {"turbo": ["ai-*"]}},
+    }
+    spec = with_parameters(claim_spec(cpus_request(count=2)), cpuClass="turbo")
+    docs = [resource_claim("fast", spec, "ai-prod"), resource_claim("slow", spec, "web")]
+    _, claims = plan_rows(tmp_path, topology, cfg, docs)
+    assert claims["fast"]["cpuClass"] == "turbo" and claims["fast"]["error"] is None
+    assert claims["slow"]["cpus"] is None
+    assert claims["slow"]["error"] == (
+        "claim web/slow: cpuClass turbo is not allowed in namespace web (classAccess.cpu.turbo: "
+        "ai-*)"
     )
