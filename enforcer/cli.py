@@ -126,6 +126,20 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="API server credentials (default: the pod's service account)",
     )
+    dra = p.add_argument_group("DRA driver (dra.enabled in the configuration)")
+    dra.add_argument(
+        "--kubelet-dir",
+        default=d.kubelet_dir,
+        metavar="DIR",
+        help="kubelet's root folder: the driver's sockets go to DIR/plugins_registry/ and "
+        "DIR/plugins/cpu.resource-enforcer.dev/ (default: %(default)s)",
+    )
+    dra.add_argument(
+        "--cdi-dir",
+        default=d.cdi_dir,
+        metavar="DIR",
+        help="where the runtime reads CDI specs (default: %(default)s)",
+    )
     p.add_argument(
         "--health-file",
         default=None,
@@ -199,6 +213,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "kubeconfig": args.kubeconfig,
         "health_file": args.health_file,
         "grace_period": args.grace_period,
+        "kubelet_dir": args.kubelet_dir,
+        "cdi_dir": args.cdi_dir,
     }
 
 

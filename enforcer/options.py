@@ -38,6 +38,10 @@ class RunOptions:
     # SIGTERM/SIGINT: how long calls in flight may take to finish before they are cut (a
     # StopContainer lasts as long as the pod's termination grace period, 30 s by default).
     grace_period: float = 30.0
+    # The DRA driver (dra.enabled): kubelet's root folder (plugins_registry/ and plugins/ under
+    # it) and the folder of CDI specs the runtime reads.
+    kubelet_dir: str = "/var/lib/kubelet"
+    cdi_dir: str = "/var/run/cdi"
     # `nri`: the runtime's NRI socket, and the name and two-digit index to register with.
     nri_socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "resource-enforcer"

@@ -21,6 +21,7 @@ import os
 import signal
 from functools import partial
 
+from enforcer.app.dra_start import start_dra
 from enforcer.app.health import NOT_SYNCHRONIZED, SERVING, STANDBY, HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
 from enforcer.app.run import (
@@ -173,11 +174,13 @@ async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -
     watch = UsageWatch(enforcer, plugin.run, metrics, topology_writer(options))
     tasks.append(asyncio.create_task(watch.run()))
     manager, source = start_configuration(node, plugin, reload, tasks)
+    dra = start_dra(options, enforcer, plugin, tasks)
     await session.run(stop)
     log.info("stopping: the runtime goes on without the plugin until it is back")
     manager.closed = True
     for task in tasks:
         task.cancel()
+    dra.stop()
     lock.abandon()
     if source is not None:
         await asyncio.to_thread(source.stop)

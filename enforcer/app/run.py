@@ -18,6 +18,7 @@ from typing import Any
 from enforcer import handover
 from enforcer.app.cluster_source import ClusterSettings, cluster_settings, start_cluster_source
 from enforcer.app.config_precedence import ConfigManager, Start, starting_configs
+from enforcer.app.dra_start import start_dra
 from enforcer.app.errors import StartError
 from enforcer.app.health import HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint
@@ -287,6 +288,7 @@ async def run(options: RunOptions) -> int:
     watch = UsageWatch(enforcer, service.run, metrics, topology_writer(options))
     tasks.append(asyncio.create_task(watch.run()))
     manager, source = start_configuration(node, service, reload, tasks)
+    dra = start_dra(options, enforcer, service, tasks)
     succeeded = asyncio.Event()
     watcher = asyncio.create_task(_watch_for_successor(server, succeeded))
     stopped = asyncio.create_task(stop.wait())
@@ -302,6 +304,7 @@ async def run(options: RunOptions) -> int:
     manager.closed = True  # no configuration is applied from here on
     for task in tasks:
         task.cancel()
+    dra.stop()
     lock.abandon()  # when still waiting to take over: stop waiting
     if source is not None:
         await asyncio.to_thread(source.stop)

@@ -155,7 +155,16 @@ def test_rbac_is_exactly_what_the_enforcer_needs(
         ("", "events", "create"),
     }
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert rules(cluster_role) == {("", "nodes", "get"), ("", "nodes", "patch")}
+    assert rules(cluster_role) == {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        # The DRA driver: claims read, its node's ResourceSlices written.
+        ("resource.k8s.io", "resourceclaims", "get"),
+        *(
+            ("resource.k8s.io", "resourceslices", verb)
+            for verb in ("get", "list", "watch", "create", "update", "delete")
+        ),
+    }
     subject = {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
     for binding, kind, role_doc in (
         (one(objects, "RoleBinding"), "Role", role),
@@ -249,6 +258,9 @@ def test_host_paths_match_the_command_line(pod: dict[str, Any], container: dict[
         "/var/lib/resource-enforcer",
         "/sys",
         "/sys/fs/cgroup",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
     }
     assert paths["/sys"][1] is True  # read-only
     assert all(not ro for host, (_, ro) in paths.items() if host != "/sys")
@@ -260,6 +272,11 @@ def test_host_paths_match_the_command_line(pod: dict[str, Any], container: dict[
     # resctrl is mounted under /sys where the machine has it (see the manifest's comment).
     assert args.resctrl_root == f"{paths['/sys'][0]}/fs/resctrl"
     assert args.cluster_config == "on" and args.fallback_link is True
+    # The DRA driver's sockets land where kubelet looks for them, at the same paths.
+    for sub in ("plugins_registry", "plugins"):
+        host = f"/var/lib/kubelet/{sub}"
+        assert paths[host][0] == host == f"{args.kubelet_dir}/{sub}"
+    assert paths["/var/run/cdi"][0] == args.cdi_dir == "/var/run/cdi"
 
 
 def test_kubelet_waits_for_the_enforcers_graceful_stop(

@@ -64,7 +64,19 @@ def test_the_command_line_is_nri_and_its_paths_are_mounted(pod: dict[str, Any]) 
         if "hostPath" in volumes[m["name"]]
     }
     # The NRI socket's folder; neither the runtime's socket nor a relay socket.
-    assert set(paths) == {"/var/run/nri", "/var/lib/resource-enforcer", "/sys", "/sys/fs/cgroup"}
+    assert set(paths) == {
+        "/var/run/nri",
+        "/var/lib/resource-enforcer",
+        "/sys",
+        "/sys/fs/cgroup",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+    }
+    # The DRA driver's sockets and CDI specs, at the host's paths.
+    for sub in ("plugins_registry", "plugins"):
+        assert paths[f"/var/lib/kubelet/{sub}"] == f"{args.kubelet_dir}/{sub}"
+    assert paths["/var/run/cdi"] == args.cdi_dir
     assert Path(args.nri_socket).parent == Path(paths["/var/run/nri"])
     assert args.state_dir == paths["/var/lib/resource-enforcer"]
     assert args.sysfs_root == paths["/sys"] and args.cgroupfs_root == paths["/sys/fs/cgroup"]

@@ -24,6 +24,8 @@ NODE_PATHS = (
     "/run/resource-enforcer",
     "/var/lib/resource-enforcer",
     "/var/run/nri",
+    "/var/lib/kubelet",
+    "/var/run/cdi",
 )
 
 
@@ -88,6 +90,8 @@ def test_kubelet_is_configured_as_on_a_real_node(tmp_path: Path) -> None:
     assert cfg["cgroupRoot"] == f"/{CGROUP_ROOT}"
     toml = configs.containerd_config(Layout(tmp_path), "overlayfs")
     assert "SystemdCgroup = false" in toml and "restrict_oom_score_adj = true" in toml
+    # The DRA driver's CDI specs are read from the bed's own folder.
+    assert "enable_cdi = true" in toml and str(Layout(tmp_path).cdi_dir) in toml
 
 
 def test_kubernetes_module_replaces_every_staging_module() -> None:

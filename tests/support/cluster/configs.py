@@ -134,6 +134,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     enable_selinux = false
     tolerate_missing_hugetlb_controller = true
     netns_mounts_under_state_dir = true
+    # CDI (the DRA driver's claim specs) from the bed's own folder, not the host's.
+    enable_cdi = true
+    cdi_spec_dirs = [{_q(str(lay.cdi_dir))}]
 
     {rt}.cni]
       bin_dirs = [{_q(CNI_BIN_DIR)}]

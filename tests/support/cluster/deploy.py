@@ -96,6 +96,8 @@ def _host_paths(lay: Layout) -> dict[str, str]:
         "/run/resource-enforcer": str(lay.relay_dir),
         "/var/lib/resource-enforcer": str(lay.enforcer_state),
         "/var/run/nri": str(lay.nri_dir),
+        "/var/lib/kubelet": str(lay.kubelet_root),
+        "/var/run/cdi": str(lay.cdi_dir),
     }
 
 
@@ -168,7 +170,7 @@ def write_overlay(lay: Layout, kubectl: Kubectl, mode: str) -> Path:
 
 def deploy(lay: Layout, kubectl: Kubectl, mode: str, webhook_cli: Path) -> None:
     """docs/webhook.md, "With `resource-webhook certs`", through the overlay."""
-    for d in (lay.enforcer_state, lay.relay_dir):
+    for d in (lay.enforcer_state, lay.relay_dir, lay.cdi_dir):
         d.mkdir(parents=True, exist_ok=True)
     certs = lay.deploy / "certs"
     _run(

@@ -99,6 +99,10 @@ class Layout:
         return self.nri_dir / "nri.sock"
 
     @property
+    def cdi_dir(self) -> Path:  # the CDI specs the private containerd reads (the DRA driver's)
+        return self.containerd / "cdi"
+
+    @property
     def cni_conf(self) -> Path:
         return self.root / "cni" / "net.d"
 
