@@ -447,10 +447,22 @@ def demoted(entry: Entry, why: str, asked: ContainerRequest) -> Entry:
 
 
 def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView]:
+    """One row per admitted entry. A prepared DRA claim is a row of kind `claim` (pod: the
+    claim's name, container: its uid) holding its CPUs; a container of claims is of kind
+    `claimed`, on its claims' CPUs and memory nodes, which it shares with nobody else."""
     rows = []
     for key, admitted in policy.admitted.items():
         req = admitted.request
         placement = policy.placement(key)
+        kind: str = placement.kind
+        pool = placement.pool
+        decided_cpus, decided_mems, exclusive = placement.cpus, placement.mems, placement.exclusive
+        if claimed.is_claim(admitted):
+            kind, pool = "claim", claimed.CLAIM_POD
+            decided_mems = policy.topology.memory_nodes_of_cpus(admitted.exclusive)
+        elif pinned := claimed.pinning_of(policy, policy.topology, req):
+            kind, pool = "claimed", claimed.CLAIM_POD
+            decided_cpus, decided_mems, exclusive = pinned[0], pinned[1], pinned[0]
         entry = entries.get(key)
         rows.append(
             ContainerView(
@@ -460,11 +472,11 @@ def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView
                 container=req.container,
                 container_id=entry.container_id if entry else None,
                 qos=req.qos,
-                kind=placement.kind,
-                pool=placement.pool,
-                cpus=_shown(placement.cpus, entry.applied_cpus if entry else None),
-                mems=_shown(placement.mems, entry.applied_mems if entry else None),
-                exclusive=str(placement.exclusive),
+                kind=kind,
+                pool=pool,
+                cpus=_shown(decided_cpus, entry.applied_cpus if entry else None),
+                mems=_shown(decided_mems, entry.applied_mems if entry else None),
+                exclusive=str(exclusive),
                 rdt_class=req.rdt_class,
                 blockio_class=req.blockio_class,
                 cpu_class=req.cpu_class if policy.cpu_class_ignored(key) is None else None,
