@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,8 @@ from enforcer.decode import (
     decode_container,
 )
 from enforcer.decode.kubelet import cgroup_parent_for, resources_for
+from enforcer.dra.cpu_details import read_cpu_details
+from enforcer.dra.devices import CPUDetails
 from enforcer.engine import claimed, views_of
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
@@ -141,6 +143,7 @@ def plan(
     topology: Topology,
     pods: Iterable[Pod | DRAObject],
     claim_rows: list[dict] | None = None,
+    cpu_details: Mapping[int, CPUDetails] | None = None,
 ) -> tuple[Policy, list[dict]]:
     """The policy after every pod was admitted in order, and one row per container. DRA
     objects among the pods are simulated in order (plan_claims); one row per claim is
@@ -148,7 +151,7 @@ def plan(
     policy = make_policy(topology, config.policy)
     entries = list(pods)
     objects = [e for e in entries if isinstance(e, DRAObject)]
-    claims = ClaimPlanner(config, topology, policy, objects)
+    claims = ClaimPlanner(config, topology, policy, objects, cpu_details)
     claims.note_uses(e for e in entries if not isinstance(e, DRAObject))
     planned: list[_Planned] = []
     for entry in entries:
@@ -224,7 +227,8 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
         topology = read_topology(sysfs_root)
         manifests = load_manifests(pods_path)
         claim_rows: list[dict] = []
-        policy, rows = plan(config, topology, manifests.entries, claim_rows)
+        details = read_cpu_details(topology, sysfs_root) if manifests.dra else None
+        policy, rows = plan(config, topology, manifests.entries, claim_rows, details)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{config_path}: {problem}", file=sys.stderr)

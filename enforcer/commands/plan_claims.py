@@ -32,7 +32,7 @@ from enforcer.claims.model import (
 )
 from enforcer.commands.manifests import DRAObject, PlanInputError, Pod
 from enforcer.dra.claims import ClaimError, ClassRules, PreparedClaim, prepare_claim
-from enforcer.dra.devices import allocatable_cpus, build_devices, slice_specs
+from enforcer.dra.devices import CPUDetails, allocatable_cpus, build_devices, slice_specs
 from enforcer.engine import claimed
 from enforcer.policy import Policy
 from enforcer.topology import CPUSet, Topology
@@ -132,9 +132,15 @@ class ClaimPlanner:
     """The claims of one plan run over one policy; `rows` gives one object per claim."""
 
     def __init__(
-        self, config: Config, topology: Topology, policy: Policy, objects: Iterable[DRAObject]
+        self,
+        config: Config,
+        topology: Topology,
+        policy: Policy,
+        objects: Iterable[DRAObject],
+        details: Mapping[int, CPUDetails] | None = None,
     ) -> None:
         self.config, self.topology, self.policy = config, topology, policy
+        self.details = details  # L2 groups and core types, as the driver reads them
         self.claims: dict[tuple[str, str], tuple[ClaimSpec, Mapping[str, Any]]] = {}
         self.templates: dict[tuple[str, str], tuple[ClaimSpec, Mapping[str, Any]]] = {}
         self.rules = class_rules(config)
@@ -176,7 +182,11 @@ class ClaimPlanner:
         held = self.policy.taken - self._claimed()  # the policy's own exclusive CPUs
         offered = allocatable_cpus(self.policy.available, self.policy.reserved, held)
         devices = build_devices(
-            self.topology, offered, self.config.dra.mode, cpu_classes=self.policy.cpu_classes()
+            self.topology,
+            offered,
+            self.config.dra.mode,
+            self.details,
+            cpu_classes=self.policy.cpu_classes(),
         )
         found: list[Device] = []
         for spec in slice_specs(_NODE, devices, 1):

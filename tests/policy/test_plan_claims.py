@@ -427,3 +427,32 @@ def test_a_cpu_class_rides_on_the_claim_and_is_access_controlled(
         "claim web/slow: cpuClass turbo is not allowed in namespace web (classAccess.cpu.turbo: "
         "ai-*)"
     )
+
+
+def test_the_example_templates_of_the_docs_are_allocated(
+    machine: tuple[Path, Topology], tmp_path: Path
+) -> None:
+    """Every ResourceClaimTemplate of docs/dra.md, in the mode it is written for."""
+    _, topology = machine
+    text = (Path(__file__).parents[2] / "docs" / "dra.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    templates = [
+        d for d in (yaml.safe_load(b) for b in blocks) if d.get("kind") == "ResourceClaimTemplate"
+    ]
+    assert len(templates) == 4
+    grouped = [t for t in templates if "firstAvailable" in str(t)]
+    individual = [t for t in templates if t not in grouped]
+    _, claims = plan_rows(tmp_path, topology, config(), [gpu_slice(), GPU_CLASS, *individual])
+    four = CPUSet.parse(claims["four-cpus-one-node"]["cpus"])
+    assert len(four) == 4 and len({topology.cpus[c].node for c in four}) == 1
+    with_gpu = CPUSet.parse(claims["gpu-with-cpus"]["cpus"])
+    assert len(with_gpu) == 8 and with_gpu <= NODE2
+    # This server has no isolated CPUs: the claim says so, naming its request.
+    assert claims["two-isolated"]["error"] == (
+        f"claim trading/two-isolated: request 'cpus' asks for 2 devices of class {CPU}: "
+        "0 match its selectors, 0 of them free"
+    )
+    _, claims = plan_rows(tmp_path, topology, config("grouped"), grouped)
+    assert claims["six-or-four"]["error"] is None
+    assert len(CPUSet.parse(claims["six-or-four"]["cpus"])) == 6
+    assert [d["request"] for d in claims["six-or-four"]["devices"]] == ["cpus/six"]
