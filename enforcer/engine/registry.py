@@ -447,22 +447,11 @@ def demoted(entry: Entry, why: str, asked: ContainerRequest) -> Entry:
 
 
 def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView]:
-    """One row per admitted entry. A prepared DRA claim is a row of kind `claim` (pod: the
-    claim's name, container: its uid) holding its CPUs; a container of claims is of kind
-    `claimed`, on its claims' CPUs and memory nodes, which it shares with nobody else."""
+    """One row per admitted entry; DRA claims and their containers as `claimed.shown_as`."""
     rows = []
     for key, admitted in policy.admitted.items():
         req = admitted.request
-        placement = policy.placement(key)
-        kind: str = placement.kind
-        pool = placement.pool
-        decided_cpus, decided_mems, exclusive = placement.cpus, placement.mems, placement.exclusive
-        if claimed.is_claim(admitted):
-            kind, pool = "claim", claimed.CLAIM_POD
-            decided_mems = policy.topology.memory_nodes_of_cpus(admitted.exclusive)
-        elif pinned := claimed.pinning_of(policy, policy.topology, req):
-            kind, pool = "claimed", claimed.CLAIM_POD
-            decided_cpus, decided_mems, exclusive = pinned[0], pinned[1], pinned[0]
+        kind, pool, decided_cpus, decided_mems, exclusive = claimed.shown_as(policy, admitted)
         entry = entries.get(key)
         rows.append(
             ContainerView(
