@@ -105,12 +105,18 @@ class _DRAPlugin(dra_pb2_grpc.DRAPluginServicer):
                 answer.error = _message(exc)
                 log.error("preparing claim %s/%s failed: %s", ref.namespace, ref.name, exc)
                 continue
+            marked: set[str] = set()
             for device in prepared.devices:
+                # The CDI ids once per request: kubelet hands a container the ids of the
+                # devices of the requests it names, and one mark is enough (the runtime
+                # would be given the same CDI device twice otherwise).
+                first = device.request not in marked
+                marked.add(device.request)
                 out = answer.devices.add(
                     request_names=[device.request],
                     pool_name=device.pool,
                     device_name=device.device,
-                    cdi_device_ids=list(prepared.cdi_ids),
+                    cdi_device_ids=list(prepared.cdi_ids) if first else [],
                 )
                 if device.share_id:
                     out.share_id = device.share_id

@@ -10,7 +10,9 @@ mixes slices of two generations.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 REQUEST_TIMEOUT = 10.0
+RESYNC_SECONDS = 30.0
 
 
 class SliceWriteError(Exception):
@@ -46,6 +49,7 @@ class ClusterDRA:
         self._client: Any = None
         self.node_name = node_name
         self._published: list[dict[str, Any]] | None = None
+        self._synced_at = -float("inf")
         self._generation = 0
 
     def _api(self) -> Any:
@@ -90,15 +94,21 @@ class ClusterDRA:
         items: list[dict[str, Any]] = listing.get("items", [])
         return items
 
-    def publish(self, devices: list[dict[str, Any]]) -> bool:
+    def publish(self, devices: list[dict[str, Any]], now: float | None = None) -> bool:
         """Makes the pool's slices hold `devices`; False when they already did (nothing sent).
-        SliceWriteError when the API server refuses."""
-        if self._published == devices:
+        Unchanged devices are checked against the API server every RESYNC_SECONDS (kubelet
+        wipes a driver's slices when it does not come back in time; an operator may delete
+        them). SliceWriteError when the API server refuses."""
+        now = time.monotonic() if now is None else now
+        if self._published == devices and now - self._synced_at < RESYNC_SECONDS:
             return False
         try:
             existing = {s["metadata"]["name"]: s for s in self.existing()}
         except Exception as exc:
             raise _why(exc, "listing ResourceSlices") from None
+        if self._matches(existing, devices):
+            self._published, self._synced_at = devices, now
+            return False
         generations = [
             s.get("spec", {}).get("pool", {}).get("generation", 0) for s in existing.values()
         ]
@@ -142,7 +152,7 @@ class ClusterDRA:
             except Exception as exc:
                 if getattr(exc, "status", None) != 404:
                     raise _why(exc, f"deleting ResourceSlice {name}") from None
-        self._published = devices
+        self._published, self._synced_at = devices, now
         log.info(
             "published %d DRA devices in %d ResourceSlices (generation %d)",
             len(devices),
@@ -150,6 +160,20 @@ class ClusterDRA:
             self._generation,
         )
         return True
+
+    def _matches(self, existing: dict[str, dict[str, Any]], devices: list[dict[str, Any]]) -> bool:
+        """Whether the slices there hold exactly `devices`, as one generation of the pool."""
+        specs = slice_specs(self.node_name, devices, 0)
+        names = [f"{self.node_name}-{DRA_DRIVER}-{i}" for i in range(len(specs))]
+        if sorted(existing) != sorted(names):
+            return False
+        pools = {
+            json.dumps(existing[n].get("spec", {}).get("pool", {}), sort_keys=True) for n in names
+        }
+        return len(pools) == 1 and all(
+            existing[n].get("spec", {}).get("devices", []) == spec["devices"]
+            for n, spec in zip(names, specs, strict=True)
+        )
 
     def withdraw(self) -> None:
         """Deletes the pool's slices (the driver stops offering CPUs)."""

@@ -37,7 +37,8 @@ def claim(name: str, *devices: str) -> dict[str, Any]:
 def bed(tmp_path: Path):  # type: ignore[no-untyped-def]
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime)  # static, CPU 0 reserved, CPUs 0-3
-    api = {("ns", c["metadata"]["name"]): c for c in (claim("one", "cpu-2"), claim("two", "cpu-1"))}
+    docs = (claim("one", "cpu-2"), claim("two", "cpu-1"), claim("pair", "cpu-2", "cpu-3"))
+    api = {("ns", c["metadata"]["name"]): c for c in docs}
     driver = DRADriver(
         e,
         node_name="node-a",
@@ -118,6 +119,19 @@ def test_kubelet_registers_the_driver_and_prepares_and_unprepares_claims(bed) ->
         assert {uid: r.error for uid, r in gone.claims.items()} == {"uid-one": "", "uid-two": ""}
         assert claims(e.policy) == {}
         assert not (cdi_dir / f"{DRIVER}-claim_uid-one.json").exists()
+
+
+def test_a_claim_of_two_cpus_marks_its_request_once(bed) -> None:  # type: ignore[no-untyped-def]
+    plugin = bed[3]
+    with grpc.insecure_channel(f"unix://{plugin.service_path}") as channel:
+        dra = dra_pb2_grpc.DRAPluginStub(channel)
+        answer = dra.NodePrepareResources(
+            dra_pb2.NodePrepareResourcesRequest(claims=refs("pair")), timeout=10
+        )
+    first, second = answer.claims["uid-pair"].devices
+    assert (first.device_name, second.device_name) == ("cpu-2", "cpu-3")
+    assert list(first.cdi_device_ids) == [f"{DRIVER}/claim=uid-pair"]
+    assert list(second.cdi_device_ids) == []
 
 
 def test_a_claim_deleted_and_made_again_is_refused_by_uid(bed) -> None:  # type: ignore[no-untyped-def]

@@ -109,6 +109,13 @@ def node(cluster: Cluster) -> Iterator[Cluster]:
     kubectl.run("delete", "-k", str(REPO / "deploy" / "dra"), "--ignore-not-found")
 
 
+def enforcer_restarts(cluster: Cluster) -> int:
+    (pod,) = cluster.kubectl.json("-n", w.ENFORCER_NS, "get", "pods", "-l", ENFORCER)["items"]
+    statuses = pod["status"].get("containerStatuses", [])
+    ready = bool(statuses) and all(s.get("ready") for s in statuses)
+    return sum(s.get("restartCount", 0) for s in statuses) if ready else -1
+
+
 def enforcer_task_pid(cluster: Cluster) -> int:
     (pod,) = cluster.kubectl.json("-n", w.ENFORCER_NS, "get", "pods", "-l", ENFORCER)["items"]
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[-1]
@@ -163,19 +170,27 @@ def test_a_claimed_cpu_is_the_pods_alone_through_crashes_and_back_to_the_pool(
     assert "cannot allocate all claims" in message, message
     assert allocated(node, "too-many") == []
 
-    # kill -9 of the enforcer: its DaemonSet's kubelet starts it again; the claim stays held.
+    # kill -9 of the enforcer: kubelet starts it again; the claim stays held. (A pod made
+    # while no plugin runs starts unpinned, NRI being fail-open, and is re-pinned once the
+    # plugin is back: so the new enforcer is waited for, and the final cpuset read.)
+    restarts = enforcer_restarts(node)
     os.kill(enforcer_task_pid(node), signal.SIGKILL)
+    wait_for("the enforcer started again", lambda: enforcer_restarts(node) > restarts, 180)
     node.wait_programs()
     assert cpus(node, "claimed") == CPUSet.of(1)
     place(node, w.pod("after-kill", NS, w.container("app", w.burstable())))
-    assert cpus(node, "after-kill") == RESERVED
+    wait_for("after-kill off the claimed CPU", lambda: cpus(node, "after-kill") == RESERVED)
+    assert cpus(node, "claimed") == CPUSet.of(1)
+    assert slice_devices(node) == ["cpu-1"]
     # A kubelet restart: the prepared claim and its pinning stay.
     node.restart_kubelet()
     node.wait_node_ready(180)
+    node.wait_programs()
     w.wait_pod_running(kubectl, NS, "claimed")
     assert cpus(node, "claimed") == CPUSet.of(1)
     place(node, w.pod("after-kubelet", NS, w.container("app", w.burstable())))
-    assert cpus(node, "after-kubelet") == RESERVED
+    wait_for("after-kubelet off the claimed CPU", lambda: cpus(node, "after-kubelet") == RESERVED)
+    assert cpus(node, "claimed") == CPUSet.of(1)
 
     # The Pod goes: kubelet unprepares the claim, the CPU is the shared pool's again.
     kubectl.run("-n", NS, "delete", "pod", "claimed", "greedy", "--wait=true", timeout=180)
