@@ -10,7 +10,8 @@ code (`enforcer.dra.claims.prepare_claim`, `enforcer.engine.claimed`): its CPUs 
 picked inside the allocated NUMA node), memory nodes and the classes of its configuration; held,
 no other container gets them. A container that names a claim is admitted as the node admits it
 (on the shared pool, `claimed.for_container`) and runs on its claims' CPUs (`pinning_of`): as on
-the node, a container gets every CPU of the claims it names, whichever request it names.
+the node, a container that names a request with CPUs of ours (or the whole claim) gets every CPU
+of the claim; one that names only another driver's request is placed by the policy.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ class Claim:
     results: list[Allocated] = field(default_factory=list)
     prepared: PreparedClaim | None = None
     error: str | None = None
+
+    def ours(self, request: str | None) -> bool:
+        """Whether the request (`req` also takes its subrequests; None: any) has our devices."""
+        return any(
+            a.device.driver == DRA_DRIVER
+            and (request is None or a.request == request or a.request.startswith(f"{request}/"))
+            for a in self.results
+        )
 
     def row(self) -> dict[str, Any]:
         p = self.prepared
@@ -358,7 +367,9 @@ class ClaimPlanner:
                 continue
             names.append(claim.name)
             error = error or claim.error
-            if claim.prepared is not None and claim.uid not in uids:
+            # kubelet hands the container the CDI ids of the requests it names: our mark comes
+            # with any request that has a CPU of ours, and stands for the whole claim.
+            if claim.prepared is not None and claim.uid not in uids and claim.ours(request):
                 uids.append(claim.uid)
         return ContainerClaims(tuple(uids), names, error)
 

@@ -304,6 +304,28 @@ def test_a_container_naming_one_request_gets_the_whole_claim_as_on_the_node(
     assert [r["cpus"] for r in rows] == ["1-3", "1-3"]
 
 
+def test_a_container_naming_only_the_gpu_request_is_placed_by_the_policy(
+    machine: tuple[Path, Topology], tmp_path: Path
+) -> None:
+    _, topology = machine
+    docs = [
+        gpu_slice(),
+        GPU_CLASS,
+        template("t", ALIGNED),
+        pod(
+            "p",
+            using("cuda", {"name": "c", "request": "gpu"}),
+            using("feeder", {"name": "c", "request": "cpus"}),
+            claims=[{"name": "c", "resourceClaimTemplateName": "t"}],
+        ),
+    ]
+    rows, claims = plan_rows(tmp_path, topology, config(), docs)
+    cuda, feeder = rows
+    assert feeder["pool"] == "claim" and feeder["cpus"] == claims["p-c"]["cpus"]
+    assert cuda["pool"] != "claim" and cuda["exclusiveCPUs"] == ""
+    assert not CPUSet.parse(cuda["cpus"]) & CPUSet.parse(feeder["cpus"])
+
+
 def test_the_policys_exclusive_cpus_are_not_offered_to_claims(
     machine: tuple[Path, Topology], tmp_path: Path
 ) -> None:
