@@ -213,7 +213,7 @@ class EnforcerMetrics:
         )
         self.cpus = Gauge(
             "resource_enforcer_cpus",
-            "CPUs by use: exclusive, shared, reserved, free",
+            "CPUs by use: exclusive, claimed (held by prepared DRA claims), shared, reserved, free",
             ["use"],
             registry=r,
         )

@@ -76,9 +76,16 @@ def cpu_cells(
 ) -> list[CpuCell]:
     """Every CPU, by socket, NUMA node and core, with who holds it (see `cpu_map`)."""
     holders: dict[int, str] = {}
+    claimed: set[int] = set()
     for r in rows:
+        if r.kind == "claimed":  # runs on its claims' CPUs: the claim is their holder
+            continue
         for cpu in CPUSet.parse(r.exclusive):
-            holders[cpu] = f"{r.namespace}/{r.pod}/{r.container}"
+            if r.kind == "claim":  # a prepared DRA claim: pod is its name
+                holders[cpu] = f"claim:{r.namespace}/{r.pod}"
+                claimed.add(cpu)
+            else:
+                holders[cpu] = f"{r.namespace}/{r.pod}/{r.container}"
     cells = []
     for socket in topology.sockets():
         for node in topology.nodes_of_socket(socket):
@@ -86,7 +93,9 @@ def cpu_cells(
             for core in sorted({topology.cpus[c].core for c in cpus}):
                 for cpu in topology.cpus_of_core(core).sorted():
                     isolated = topology.cpus[cpu].isolated
-                    if cpu in holders:
+                    if cpu in claimed:
+                        use = "claimed"
+                    elif cpu in holders:
                         use = "exclusive"
                     elif cpu not in available:
                         use = "unavailable"

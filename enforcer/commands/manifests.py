@@ -4,13 +4,18 @@ Reads multi-document YAML or a `kind: List`. A Deployment, StatefulSet or Replic
 `spec.replicas` pods (default 1), a Job for `spec.parallelism` pods (default 1; no more than
 `spec.completions` when that is smaller), a CronJob for one run of its job template, a DaemonSet
 for one pod (the one this node would run). The pods of a workload `W` are named `W-0`, `W-1`, ...
-in the workload's namespace. Anything else is refused with a message naming the file, the
-document and the field, as is a file beyond MANIFEST_LIMITS and more than MAX_PODS pods.
+in the workload's namespace. Beside them the Dynamic Resource Allocation objects plan simulates
+are kept, in file order, as DRAObjects: ResourceClaims, ResourceClaimTemplates, ResourceSlices (of
+other drivers, for alignment) and DeviceClasses. Anything else is refused with a message naming
+the file, the document and the field, as is a file beyond MANIFEST_LIMITS and more than MAX_PODS
+pods.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -31,7 +36,10 @@ _WORKLOADS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "Job": (("spec", "template"), ("spec", "parallelism")),
     "CronJob": (("spec", "jobTemplate", "spec", "template"), ("spec", "jobTemplate", "spec")),
 }
-KINDS = ("Pod", *_WORKLOADS)
+DRA_KINDS = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceClass")
+KINDS = ("Pod", *_WORKLOADS, *DRA_KINDS)
+# Claims, templates, slices and classes of one run: a node's claims are bounded by its pods.
+MAX_DRA_OBJECTS = 10_000
 # Pods of one run, replicas counted before any is made: a node holds 110 by default and a few
 # hundred at most, so this is room for any node many times over, and a `replicas: 1000000000`
 # is refused at once instead of eating all memory.
@@ -46,8 +54,39 @@ class PlanInputError(ValueError):
     """A manifest file `plan` cannot use; the message names the file, document and field."""
 
 
+@dataclass(frozen=True)
+class DRAObject:
+    """A resource.k8s.io object of the file; `where` names its document for messages."""
+
+    kind: str
+    name: str
+    namespace: str | None  # None for the cluster-scoped ResourceSlice and DeviceClass
+    body: Mapping[str, Any]
+    where: str
+
+
+@dataclass
+class Manifests:
+    """Every object of a file in file order: pods (workloads expanded) and DRA objects."""
+
+    entries: list[Pod | DRAObject] = dataclasses.field(default_factory=list)
+
+    @property
+    def pods(self) -> list[Pod]:
+        return [e for e in self.entries if not isinstance(e, DRAObject)]
+
+    @property
+    def dra(self) -> list[DRAObject]:
+        return [e for e in self.entries if isinstance(e, DRAObject)]
+
+
 def load_pods(path: str) -> list[Pod]:
-    """The pods of every document, in file order."""
+    """The pods of every document, in file order (DRA objects left out)."""
+    return load_manifests(path).pods
+
+
+def load_manifests(path: str) -> Manifests:
+    """The pods and DRA objects of every document, in file order."""
     try:
         text = read_text_file(path, MANIFEST_LIMITS)
     except BoundError as exc:
@@ -60,7 +99,8 @@ def load_pods(path: str) -> list[Pod]:
         raise PlanInputError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
-    pods: list[Pod] = []
+    found = Manifests()
+    pods = 0
     for index, doc in enumerate(documents):
         is_list = isinstance(doc, dict) and doc.get("kind") == "List"
         items = (doc.get("items") or []) if is_list else [doc]
@@ -68,15 +108,42 @@ def load_pods(path: str) -> list[Pod]:
             raise PlanInputError(f"{path}: document {index}: items must be a list")
         for item_index, item in enumerate(items):
             where = f"{path}: document {index}" + (f" items[{item_index}]" if is_list else "")
-            pods.extend(pods_of(item, where, room=MAX_PODS - len(pods)))
-    return pods
+            if isinstance(item, dict) and item.get("kind") in DRA_KINDS:
+                if len(found.entries) - pods >= MAX_DRA_OBJECTS:
+                    raise PlanInputError(f"{where}: more than {MAX_DRA_OBJECTS} DRA objects")
+                found.entries.append(_dra_object(item, where))
+                continue
+            more = pods_of(item, where, room=MAX_PODS - pods)
+            pods += len(more)
+            found.entries.extend(more)
+    return found
+
+
+def _dra_object(item: Mapping[str, Any], where: str) -> DRAObject:
+    kind = item["kind"]
+    api = item.get("apiVersion")
+    if api != "resource.k8s.io/v1":
+        raise PlanInputError(
+            f"{where}: apiVersion: {kind} is read as resource.k8s.io/v1, got {api!r}"
+        )
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        raise PlanInputError(f"{where}: metadata.name is missing")
+    namespace = None
+    if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        namespace = metadata.get("namespace", "default")
+        if not isinstance(namespace, str):
+            raise PlanInputError(f"{where}: metadata.namespace must be a string")
+    if not isinstance(item.get("spec"), dict):
+        raise PlanInputError(f"{where}: spec must be a mapping")
+    return DRAObject(kind, metadata["name"], namespace, item, where)
 
 
 def pods_of(item: Any, where: str, room: int = MAX_PODS) -> list[Pod]:
     """The pods one object stands for; PlanInputError naming `where` and the field. More than
     `room` pods are refused before any is made."""
     kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
-    if kind not in KINDS:
+    if kind not in KINDS or kind in DRA_KINDS:
         raise PlanInputError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     metadata = item.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):

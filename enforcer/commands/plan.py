@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from enforcer.commands.manifests import PlanInputError, Pod, load_pods
+from enforcer.commands.manifests import DRAObject, PlanInputError, Pod, load_manifests
+from enforcer.commands.plan_claims import ClaimPlanner, ContainerClaims
 from enforcer.configuration import load_config
 from enforcer.decode import (
     ContainerCreate,
@@ -24,7 +25,9 @@ from enforcer.decode import (
     decode_container,
 )
 from enforcer.decode.kubelet import cgroup_parent_for, resources_for
-from enforcer.engine import views_of
+from enforcer.dra.cpu_details import read_cpu_details
+from enforcer.dra.devices import CPUDetails
+from enforcer.engine import claimed, views_of
 from enforcer.engine.enforcer import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
@@ -52,6 +55,9 @@ class _Planned:
     nearest_pool: str | None = None
     # Set for init containers that ran to completion: where they ran.
     finished: Placement | None = None
+    # Set for a container that uses ResourceClaims: which, and the (cpus, mems) they pin.
+    claims: ContainerClaims | None = None
+    pinned: tuple[CPUSet, CPUSet] | None = None
 
 
 def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
@@ -70,7 +76,9 @@ def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
     return manifest
 
 
-def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
+def _place_pod(
+    pod: Pod, config: Config, policy: Policy, claims: ClaimPlanner | None = None
+) -> list[_Planned]:
     meta = pod["metadata"]
     namespace = meta.get("namespace", "default")
     uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{meta['name']}"))
@@ -79,6 +87,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     containers += [(c, False) for c in spec["containers"]]
     qos = qos_class(spec)
     planned = [_Planned(namespace, meta["name"], c["name"], qos) for c, _ in containers]
+    claims_of = claims.for_pod(pod) if claims is not None else {}
     try:
         manifest = _admitted_manifest(pod, config)
     except DecodeError as exc:
@@ -98,9 +107,18 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             cgroup_parent=cgroup_parent,
             resources=resources_for(container, spec),
             labels=dict(meta.get("labels") or {}),
+            # The claims it names, as kubelet hands them to the runtime (one CDI device each).
+            dra_claims=got.uids if (got := claims_of.get(container["name"])) else (),
         )
+        if got is not None:
+            p.claims = got
+            if got.error:  # kubelet does not start a pod whose claims are not allocated
+                p.error = got.error
+                continue
         try:
             request = decode_container(create, classes=class_settings(config), machine=machine)
+            # As the engine does: on the shared pool, the classes of its claims, pinned to them.
+            request = claimed.for_container(policy, create, request)
         except DecodeError as exc:
             p.error = str(exc)
             continue
@@ -111,6 +129,7 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
             p.error, p.nearest_pool = str(exc), exc.nearest_pool
             continue
         p.request = request
+        p.pinned = claimed.pinning_of(policy, policy.topology, request)
         # An init container runs to completion before the next container starts: it is shown
         # where it ran, and its CPUs are free again for the rest of the pod. Sidecars
         # (restartPolicy Always) keep running beside the app containers.
@@ -120,10 +139,29 @@ def _place_pod(pod: Pod, config: Config, policy: Policy) -> list[_Planned]:
     return planned
 
 
-def plan(config: Config, topology: Topology, pods: Iterable[Pod]) -> tuple[Policy, list[dict]]:
-    """The policy after every pod was admitted in order, and one row per container."""
+def plan(
+    config: Config,
+    topology: Topology,
+    pods: Iterable[Pod | DRAObject],
+    claim_rows: list[dict] | None = None,
+    cpu_details: Mapping[int, CPUDetails] | None = None,
+) -> tuple[Policy, list[dict]]:
+    """The policy after every pod was admitted in order, and one row per container. DRA
+    objects among the pods are simulated in order (plan_claims); one row per claim is
+    appended to `claim_rows` when it is given."""
     policy = make_policy(topology, config.policy)
-    planned = [p for pod in pods for p in _place_pod(pod, config, policy)]
+    entries = list(pods)
+    objects = [e for e in entries if isinstance(e, DRAObject)]
+    claims = ClaimPlanner(config, topology, policy, objects, cpu_details)
+    claims.note_uses(e for e in entries if not isinstance(e, DRAObject))
+    planned: list[_Planned] = []
+    for entry in entries:
+        if isinstance(entry, DRAObject):
+            claims.standalone(entry)
+        else:
+            planned.extend(_place_pod(entry, config, policy, claims))
+    if claim_rows is not None:
+        claim_rows.extend(claims.rows())
     all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
     rows = []
     for p in planned:
@@ -157,6 +195,17 @@ def _row(
         "balloon": None,  # TYPE[N] under the balloons policy
         "error": p.error,
     }
+    if p.claims is not None:
+        row["claims"] = p.claims.claims
+    if p.pinned is not None:  # its claims' CPUs, held for them: nobody else's
+        row.update(
+            cpus=str(p.pinned[0]),
+            mems=str(p.pinned[1]),
+            exclusiveCPUs=str(p.pinned[0]),
+            sharedCPUs="",
+            pool="claim",
+        )
+        return row
     if placement is None or p.request is None:
         return row
     # A placement that leaves a value alone means the container inherits the node's.
@@ -177,8 +226,10 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     try:
         config = load_config(config_path)
         topology = read_topology(sysfs_root)
-        pods = load_pods(pods_path)
-        policy, rows = plan(config, topology, pods)
+        manifests = load_manifests(pods_path)
+        claim_rows: list[dict] = []
+        details = read_cpu_details(topology, sysfs_root) if manifests.dra else None
+        policy, rows = plan(config, topology, manifests.entries, claim_rows, details)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{config_path}: {problem}", file=sys.stderr)
@@ -186,10 +237,10 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     except (TopologyError, PlanInputError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    # 2 when some container could not be placed: a CI job can gate a rollout on it.
-    code = 2 if any(r["error"] for r in rows) else 0
+    # 2 when some container or claim could not be placed: a CI job can gate a rollout on it.
+    code = 2 if any(r["error"] for r in rows + claim_rows) else 0
     if fmt == "json":
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows + claim_rows, indent=2))
         return code
     print(placements_report(topology, policy, views_of(policy, {})))
     for key, admitted in policy.admitted.items():
@@ -199,4 +250,13 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")
+    for c in claim_rows:
+        if c["error"]:
+            print(f"NOT ALLOCATED {c['error']}")
+            continue
+        by_request: dict[str, list[str]] = {}
+        for d in c["devices"]:
+            by_request.setdefault(d["request"], []).append(f"{d['driver']}/{d['device']}")
+        devices = "; ".join(f"{r}: {', '.join(names)}" for r, names in by_request.items())
+        print(f"CLAIM {c['namespace']}/{c['claim']}: cpus {c['cpus'] or 'none'}; {devices}")
     return code

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from enforcer.engine import ContainerView, Entry, views_of
+from enforcer.engine import ContainerView, Entry, claimed, views_of
 from enforcer.policy import Policy, make_policy
 from enforcer.state import StateError, StateStore, check_saved
-from enforcer.topology import Topology
+from enforcer.topology import CPUSet, Topology
 from enforcer.views import cpu_cells, cpu_classes_by_name, placements_report
 from resource_contract.config import ConfigError, PolicyConfig
 
@@ -53,16 +53,21 @@ def status(state_dir: str, output: str = "table") -> int:
             file=sys.stderr,
         )
         return 1
-    policy.restore(checked.policy)
+    # As the engine restores: prepared DRA claims held first, then the containers placed.
+    held, rest = claimed.split_claims(checked.policy)
+    for problem in claimed.hold_saved(policy, held):
+        print(f"warning: {problem}", file=sys.stderr)
+    policy.restore(rest)
     entries = [Entry.from_dict(e) for e in checked.containers]
     rows = views_of(policy, {e.key: e for e in entries})
     if output == "json":
         print(json.dumps(status_document(topology, policy, rows), indent=2))
         return 0
     print(f"policy {policy.name}; {topology.describe()}")
+    claimed_cpus = claimed_of(policy)
     print(
         f"available {policy.available}; reserved {policy.reserved or 'none'}; "
-        f"exclusive {policy.taken or 'none'}"
+        f"exclusive {policy.taken - claimed_cpus or 'none'}; claimed (DRA) {claimed_cpus or 'none'}"
     )
     print()
     print(placements_report(topology, policy, rows))
@@ -100,7 +105,26 @@ def status_document(topology: Topology, policy: Policy, rows: list[ContainerView
         "topology": topology.describe(),
         "availableCPUs": str(policy.available),
         "reservedCPUs": str(policy.reserved),
-        "exclusiveCPUs": str(policy.taken),
+        "exclusiveCPUs": str(policy.taken - claimed_of(policy)),
+        "claimedCPUs": str(claimed_of(policy)),
+        "claims": [
+            {
+                "namespace": a.request.namespace,
+                "name": a.request.pod_name,
+                "uid": uid,
+                "cpus": str(a.exclusive),
+                "mems": str(topology.memory_nodes_of_cpus(a.exclusive)),
+                "rdtClass": a.request.rdt_class,
+                "blockioClass": a.request.blockio_class,
+                "cpuClass": a.request.cpu_class,
+                "containers": sorted(
+                    f"{r.namespace}/{r.pod}/{r.container}"
+                    for r in rows
+                    if r.kind == "claimed" and uid in claimed_uids(policy, r.key)
+                ),
+            }
+            for uid, a in sorted(claimed.claims(policy).items())
+        ],
         "containers": [
             _container(r) for r in sorted(rows, key=lambda r: (r.namespace, r.pod, r.container))
         ],
@@ -140,6 +164,19 @@ def status_document(topology: Topology, policy: Policy, rows: list[ContainerView
             for name, cpus in cpu_classes_by_name(policy.cpu_classes()).items()
         ],
     }
+
+
+def claimed_of(policy: Policy) -> CPUSet:
+    """The CPUs held by prepared DRA claims."""
+    return CPUSet().union(*(a.exclusive for a in claimed.claims(policy).values()))
+
+
+def claimed_uids(policy: Policy, key: str) -> list[str]:
+    """The uids of the claims a container of claims names (none for any other)."""
+    source = policy.admitted[key].request.source
+    if not source.startswith(claimed.CONTAINER_SOURCE):
+        return []
+    return source[len(claimed.CONTAINER_SOURCE) :].split(",")
 
 
 def balloons_document(policy: Policy) -> list[dict[str, Any]]:

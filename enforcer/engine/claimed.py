@@ -187,3 +187,19 @@ def pinning_of(
     if not cpus:
         return None
     return cpus, topology.memory_nodes_of_cpus(cpus)
+
+
+def shown_as(
+    policy: Policy, admitted: Admitted
+) -> tuple[str, str, CPUSet | None, CPUSet | None, CPUSet]:
+    """(kind, pool, cpus, mems, exclusive CPUs) of an admitted entry for `status`: its
+    placement's; a prepared claim is of kind `claim` (pool `dra`) with its CPUs and their memory
+    nodes; a container of claims of kind `claimed`, on its claims' CPUs and memory nodes, which
+    it shares with nobody but the claims' other containers."""
+    p = policy.placement(admitted.request.key)
+    if is_claim(admitted):
+        mems = policy.topology.memory_nodes_of_cpus(admitted.exclusive)
+        return "claim", CLAIM_POD, p.cpus, mems, p.exclusive
+    if pinned := pinning_of(policy, policy.topology, admitted.request):
+        return "claimed", CLAIM_POD, pinned[0], pinned[1], pinned[0]
+    return p.kind, p.pool, p.cpus, p.mems, p.exclusive

@@ -152,7 +152,9 @@ class Enforcer:
         self.changes += 1
         policy = self.policy
         taken = policy.taken
-        self.metrics.cpus.labels("exclusive").set(len(taken))
+        claimed_cpus = CPUSet().union(*(a.exclusive for a in claimed.claims(policy).values()))
+        self.metrics.cpus.labels("exclusive").set(len(taken - claimed_cpus))
+        self.metrics.cpus.labels("claimed").set(len(claimed_cpus))
         self.metrics.cpus.labels("reserved").set(len(policy.reserved))
         self.metrics.cpus.labels("shared").set(len(policy.available - taken))
         self.metrics.cpus.labels("free").set(len(policy.available - taken - policy.reserved))

@@ -447,10 +447,11 @@ def demoted(entry: Entry, why: str, asked: ContainerRequest) -> Entry:
 
 
 def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView]:
+    """One row per admitted entry; DRA claims and their containers as `claimed.shown_as`."""
     rows = []
     for key, admitted in policy.admitted.items():
         req = admitted.request
-        placement = policy.placement(key)
+        kind, pool, decided_cpus, decided_mems, exclusive = claimed.shown_as(policy, admitted)
         entry = entries.get(key)
         rows.append(
             ContainerView(
@@ -460,11 +461,11 @@ def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView
                 container=req.container,
                 container_id=entry.container_id if entry else None,
                 qos=req.qos,
-                kind=placement.kind,
-                pool=placement.pool,
-                cpus=_shown(placement.cpus, entry.applied_cpus if entry else None),
-                mems=_shown(placement.mems, entry.applied_mems if entry else None),
-                exclusive=str(placement.exclusive),
+                kind=kind,
+                pool=pool,
+                cpus=_shown(decided_cpus, entry.applied_cpus if entry else None),
+                mems=_shown(decided_mems, entry.applied_mems if entry else None),
+                exclusive=str(exclusive),
                 rdt_class=req.rdt_class,
                 blockio_class=req.blockio_class,
                 cpu_class=req.cpu_class if policy.cpu_class_ignored(key) is None else None,

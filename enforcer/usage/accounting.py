@@ -1,9 +1,10 @@
 """CPU and memory use by pool and by NUMA node, measured from a policy's admitted containers.
 
 Every online CPU has one use, as `status`'s CPU map shows it: `exclusive` (a container holds it),
-`reserved`, `isolated` (an isolated CPU nobody holds, kept for exclusive use by policies that do
-not run shared containers there), `shared` (shared containers run there), or `unavailable`
-(outside `availableCPUs`, not counted). `free` counts the CPUs that could still be handed out
+`claimed` (a prepared DRA claim holds it, for the containers of the claim), `reserved`,
+`isolated` (an isolated CPU nobody holds, kept for exclusive use by policies that do not run
+shared containers there), `shared` (shared containers run there), or `unavailable` (outside
+`availableCPUs`, not counted). `free` counts the CPUs that could still be handed out
 exclusively: the shared and isolated ones, less the whole CPUs that the CPU requests granted to
 shared containers there need (a container's grant counts in a zone when all its shared CPUs lie
 in it).
@@ -19,11 +20,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from enforcer.decode.dra_claims import CLAIM_SOURCE
 from enforcer.policy import Policy
 from enforcer.policy.pool_math import split_memory
 from enforcer.topology import CPUSet, Topology
 
-USES = ("reserved", "shared", "exclusive", "isolated", "free")
+USES = ("reserved", "shared", "exclusive", "claimed", "isolated", "free")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class CpuUse:
     exclusive: int
     isolated: int
     free: int
+    claimed: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ def measure(topology: Topology, policy: Policy) -> Usage:
     reserved = policy.reserved
     available = policy.available
     taken = policy.taken & topology.online
+    claimed = CPUSet().union(
+        *(
+            a.exclusive
+            for a in policy.admitted.values()
+            if a.request.source == CLAIM_SOURCE and a.kind == "held"
+        )
+    )
     idle = CPUSet() if policy.reserved_shared else topology.isolated - reserved - taken
     idle = idle & available
     shared = available - reserved - taken - idle
@@ -105,7 +115,8 @@ def measure(topology: Topology, policy: Policy) -> Usage:
         return CpuUse(
             reserved=len(cpus & reserved),
             shared=len(cpus & shared),
-            exclusive=len(cpus & taken),
+            exclusive=len(cpus & (taken - claimed)),
+            claimed=len(cpus & taken & claimed),
             isolated=len(cpus & idle),
             free=max(0, open_cpus - math.ceil(granted / 1000)),
         )

@@ -263,7 +263,8 @@ def test_a_container_denied_at_admission_still_shows_its_qos(
         (
             "kind: Service\nmetadata: {name: web}\n",
             "document 0: kind: expected one of Pod, Deployment, StatefulSet, ReplicaSet, "
-            "DaemonSet, Job, CronJob, got 'Service'",
+            "DaemonSet, Job, CronJob, ResourceClaim, ResourceClaimTemplate, ResourceSlice, "
+            "DeviceClass, got 'Service'",
         ),
         (
             """
