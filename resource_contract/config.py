@@ -449,6 +449,7 @@ class Config(_Strict):
         return TaskClassSettings(
             set(self.schedulingClasses), set(self.memoryClasses), TaskClassAccess(rules)
         )
+
     dra: DRAConfig = Field(default_factory=DRAConfig)
 
     def configured_classes(self, kind: ClassKind) -> set[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from enforcer.decode.dra_claims import CDI_CLASS, CDI_KIND, CDI_VENDOR, env_name
-from resource_contract.safe_files import write_file
+from resource_files.safe_files import write_file
 
 CDI_VERSION = "0.6.0"
 DEFAULT_CDI_DIR = "/var/run/cdi"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from enforcer.dra.devices import CPUDetails
 from enforcer.topology import CPUSet, Topology
-from resource_contract.bounded import read_value_file
+from resource_files.reads import read_value_file
 
 
 def read_cpu_details(topology: Topology, sysfs_root: str | Path = "/sys") -> dict[int, CPUDetails]:

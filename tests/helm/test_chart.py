@@ -269,3 +269,12 @@ def test_bad_values_are_refused_naming_the_key(values: dict[str, str], message: 
         render(values)
     assert message in e.value.stderr
     assert "goroutine" not in e.value.stderr
+
+
+def test_the_dra_device_class_is_deploy_dra_s_when_asked_for() -> None:
+    """deploy/dra/'s DeviceClass, rendered only with dra.deviceClass (Kubernetes 1.34+)."""
+    key = ("DeviceClass", "cpu.resource-enforcer.dev")
+    assert key not in by_key(render({}))
+    ours = by_key(render({"dra.deviceClass": "true"}))[key]
+    (theirs,) = kustomize(Path(__file__).parents[2] / "deploy" / "dra")
+    assert without_helm_labels(ours) == theirs

@@ -16,7 +16,8 @@ import yaml
 
 from enforcer.commands.manifests import PlanInputError, load_manifests
 from enforcer.commands.plan import plan
-from enforcer.topology import CPUSet, Topology, read_topology
+from enforcer.sysfs import read_topology
+from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
 
 EXE = Path(sys.executable).parent / "resource-enforcer"

@@ -227,6 +227,8 @@ def helm_values(lay: Layout, mode: str) -> dict[str, Any]:
                 "relaySocket": str(lay.relay_socket),
                 "nriSocket": str(lay.nri_socket),
                 "stateDir": str(lay.enforcer_state),
+                "kubeletDir": str(lay.kubelet_root),
+                "cdiDir": str(lay.cdi_dir),
             }
         },
     }
