@@ -40,6 +40,7 @@ from enforcer.decode.kubelet import (
 )
 from resource_contract.qos import qos_class
 from resource_contract.quantities import int_value
+from tests.support.slow import scaled
 
 Pod = Mapping[str, Any]
 Container = Mapping[str, Any]
@@ -341,7 +342,9 @@ class KubeletEmulator:
         self.cgroup_driver = cgroup_driver
         self.cgroupfs_root = cgroupfs_root
         self.runtime_handler = runtime_handler
-        self.timeout = timeout
+        # Each RPC's deadline, stretched by KRE_TIMEOUT_SCALE: in the VM (emulated, at nice 19
+        # beside the host's tests) a RunPodSandbox takes longer than 30 s.
+        self.timeout = scaled(timeout)
         self.memory_capacity = memory_capacity or node_memory_capacity()
         self.pods: dict[str, RunningPod] = {}  # sandbox id -> pod
 
