@@ -141,3 +141,16 @@ def test_a_claim_aligned_with_a_gpu_lands_on_the_gpus_numa_node(gpus: Cluster) -
     ]
     assert cpus(gpus, "near") == CPUSet.of(1)
     kubectl.run("-n", NS, "delete", "pod", "near", "--wait=true", timeout=180)
+    # The Pod object goes before kubelet has unprepared its claim with both drivers: wait for
+    # kubelet's own checkpoint to drop it, while both drivers still serve (the module's end
+    # stops the fake GPU driver and turns the enforcer's driver off; an unprepared claim would
+    # keep CPU 1 held for the modules after this one).
+    wait_for(
+        "kubelet to unprepare near-gpu0", lambda: not claim_checkpointed(gpus, "near-gpu0"), 180
+    )
+
+
+def claim_checkpointed(cluster: Cluster, name: str) -> bool:
+    """The claim is in kubelet's DRA checkpoint (prepared, not yet unprepared by every driver)."""
+    state = cluster.lay.kubelet_root / "dra_manager_state"
+    return state.exists() and name in state.read_text()
