@@ -32,6 +32,10 @@ from tests.support.cluster.bed import Cluster
 from tests.support.cluster.layout import NODE_NAME, REPO
 from tests.support.fake_gpu_driver import DRIVER as GPU
 
+# The scheduler's alignment across drivers does not depend on the transport (test_dra.py pins
+# claims in both modes): NRI mode only, as test_helm_install.py, to keep the cluster time down.
+pytestmark = pytest.mark.parametrize("cluster", ["nri"], indirect=True)
+
 CPU = "cpu.resource-enforcer.dev"
 STD = "resource.kubernetes.io"
 
