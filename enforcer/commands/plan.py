@@ -164,11 +164,14 @@ def plan(
         claim_rows.extend(claims.rows())
     all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
     rows = []
+    cpu_classes = policy.cpu_classes()
     for p in planned:
         placement = p.finished
         if placement is None and p.request is not None:
             placement = policy.placement(p.request.key)
-        rows.append(_row(p, placement, topology.online, all_mems, policy.name == "balloons"))
+        rows.append(
+            _row(p, placement, topology.online, all_mems, policy.name == "balloons", cpu_classes)
+        )
     return policy, rows
 
 
@@ -178,6 +181,7 @@ def _row(
     online: CPUSet,
     all_mems: CPUSet,
     balloons: bool = False,
+    cpu_classes: dict[int, str] | None = None,
 ) -> dict:
     row: dict[str, Any] = {
         "namespace": p.namespace,
@@ -193,6 +197,7 @@ def _row(
         "rdtClass": p.rdt_class,
         "blockioClass": p.blockio_class,
         "balloon": None,  # TYPE[N] under the balloons policy
+        "cpuClass": None,
         "error": p.error,
     }
     if p.claims is not None:
@@ -219,7 +224,16 @@ def _row(
     )
     if balloons and placement.kind in ("balloon", "reserved"):
         row["balloon"] = placement.pool  # TYPE[N]
+    # The class of its own CPUs: its exclusive ones, or its balloon's (never the shared pool's).
+    own = placement.exclusive if placement.exclusive else cpus if row["balloon"] else CPUSet()
+    row["cpuClass"] = _one_class(own, cpu_classes or {})
     return row
+
+
+def _one_class(cpus: CPUSet, cpu_classes: dict[int, str]) -> str | None:
+    """The CPU class all of `cpus` are in, or None when they are in none (or not all in one)."""
+    names = {cpu_classes.get(c) for c in cpus}
+    return names.pop() if len(names) == 1 else None
 
 
 def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) -> int:
