@@ -12,7 +12,7 @@ import pytest
 
 from enforcer.engine.thread import OffWorker
 from enforcer.worker import EngineWorker
-from tests.engine.test_engine_core import StandInRuntime, admit, create, create_of, enforcer
+from tests.engine.standins import StandInRuntime, admit, create, create_of, enforcer
 
 
 def test_a_change_off_the_worker_fails_clearly_and_changes_nothing(tmp_path: Path) -> None:
@@ -30,9 +30,9 @@ def test_a_change_off_the_worker_fails_clearly_and_changes_nothing(tmp_path: Pat
         assert "Enforcer.create" in said
         assert "enforcer" in said  # the worker's thread, by name
         assert threading.current_thread().name in said
-        with pytest.raises(OffWorker, match="Enforcer.container_gone"):
+        with pytest.raises(OffWorker, match=r"Enforcer\.container_gone"):
             e.container_gone(cid, "stopped")
-        with pytest.raises(OffWorker, match="Enforcer.reconcile"):
+        with pytest.raises(OffWorker, match=r"Enforcer\.reconcile"):
             e.reconcile()
         assert dict(e.registry.entries) == before  # nothing admitted, nothing released
         if state is not None:
