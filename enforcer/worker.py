@@ -26,7 +26,11 @@ MAINTAIN_SECONDS = 5.0
 class EngineWorker:
     def __init__(self, enforcer: Enforcer) -> None:
         self.enforcer = enforcer
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="enforcer")
+        # Its thread holds the engine: a call that changes it from another thread fails
+        # (enforcer.engine.thread).
+        self._worker = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="enforcer", initializer=enforcer.worker_thread.bind
+        )
         self._flush_pending = False
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from enforcer.decode.kubelet import cgroup_parent_for, resources_for
 from enforcer.dra.cpu_details import read_cpu_details
 from enforcer.dra.devices import CPUDetails
 from enforcer.engine import claimed, views_of
-from enforcer.engine.enforcer import class_settings
+from enforcer.engine.shared import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
 from enforcer.sysfs import read_topology

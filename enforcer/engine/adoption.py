@@ -8,84 +8,26 @@ for a moment (it is on its way out); one the runtime still lists after `STUCK_AF
 could not be removed: it is adopted once onto the shared pool and marked stuck, and kubelet's
 further stops leave it there until the runtime shows it exited or gone, or removes it. So a
 container has one state per listing, whatever the runtime reports, and no re-pin loop follows.
-These run on the engine's worker, as the Enforcer's methods that call them.
+These run on the engine's worker, called by its reconciliation (enforcer.engine.reconcile).
 """
 
 from __future__ import annotations
 
-import logging
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from dataclasses import replace
 
 from enforcer.controllers.base import ClassRefused
 from enforcer.decode import ContainerRequest, DecodeError, decode_container
 from enforcer.engine.model import Entry, LiveContainer, Phase
 from enforcer.engine.ports import RuntimeAway
 from enforcer.engine.registry import demoted
+from enforcer.engine.shared import Shared, log
+from enforcer.engine.stopped import MAX_STOPPED, STUCK_AFTER_SECONDS, Stopped, StoppedContainers
 from enforcer.policy import PlacementError
 from enforcer.topology import CPUSet
 
-if TYPE_CHECKING:
-    from enforcer.engine.enforcer import Enforcer
 
-log = logging.getLogger("enforcer.engine.enforcer")
-
-# A container kubelet stopped that the runtime lists this long after is stuck (containerd:
-# "container is in starting state, can't be removed"); before, it is on its way out.
-STUCK_AFTER_SECONDS = 10.0
-# Stopped containers remembered at most (the oldest forgotten first): bounded whatever the
-# runtime and kubelet do.
-MAX_STOPPED = 4096
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """A container kubelet stopped (the engine released it), as remembered."""
-
-    key: str
-    why: str  # "stopped", "pod stopped", ...
-    at: float  # the engine's clock
-
-
-class StoppedContainers:
-    """Containers kubelet stopped, by runtime id, for as long as the runtime may list them."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-        self._stopped: OrderedDict[str, Stopped] = OrderedDict()
-
-    def __contains__(self, container_id: str) -> bool:
-        return container_id in self._stopped
-
-    def __len__(self) -> int:
-        return len(self._stopped)
-
-    def remember(self, container_id: str, key: str, why: str) -> None:
-        self._stopped.pop(container_id, None)
-        while len(self._stopped) >= MAX_STOPPED:
-            self._stopped.popitem(last=False)
-        self._stopped[container_id] = Stopped(key, why, self.clock())
-
-    def forget(self, container_id: str) -> None:
-        self._stopped.pop(container_id, None)
-
-    def stuck(self, container_id: str) -> Stopped | None:
-        """The container's stop, when the runtime should have removed it by now."""
-        stopped = self._stopped.get(container_id)
-        if stopped is None or self.clock() - stopped.at < STUCK_AFTER_SECONDS:
-            return None
-        return stopped
-
-    def listed(self, containers: Iterable[LiveContainer]) -> None:
-        """A complete listing: those it shows exited or no longer shows are gone for good."""
-        live = {c.id for c in containers if not c.exited}
-        for container_id in [c for c in self._stopped if c not in live]:
-            del self._stopped[container_id]
-
-
-def newly_stuck(e: Enforcer, containers: Iterable[LiveContainer]) -> list[LiveContainer]:
+def newly_stuck(e: Shared, containers: Iterable[LiveContainer]) -> list[LiveContainer]:
     """Live containers of a listing that kubelet stopped a while ago and nobody tracks."""
     return [
         c
@@ -98,7 +40,7 @@ def newly_stuck(e: Enforcer, containers: Iterable[LiveContainer]) -> list[LiveCo
     ]
 
 
-def adopt(e: Enforcer, container: LiveContainer) -> None:
+def adopt(e: Shared, container: LiveContainer) -> None:
     """Admits a live container the registry does not know, from its recorded creation (see
     the module's docstring). A running container is never left untracked for want of room."""
     stopped = e.stopped.stuck(container.id)
@@ -109,10 +51,10 @@ def adopt(e: Enforcer, container: LiveContainer) -> None:
         return
     if recorded is None:
         log.warning("container %s has no recorded configuration; not tracked", container.id)
-        e.unadoptable(container.id)
+        e.mark_unadoptable(container.id)
         return
     try:
-        wanted = e._decode(recorded.create)
+        wanted = e.decode(recorded.create)
     except (DecodeError, ClassRefused) as exc:
         # It runs all the same: tracked on kubelet's numbers alone, without what was refused
         # (its annotations, a cpuset this machine does not have).
@@ -142,8 +84,8 @@ def adopt(e: Enforcer, container: LiveContainer) -> None:
                 container_id=container.id,
                 cgroup_parent=recorded.create.cgroup_parent,
                 resources=recorded.resources,
-                applied_cpus=str(running_on) if running_on else e._all_cpus,
-                applied_mems=recorded.running_mems or e._all_mems,
+                applied_cpus=str(running_on) if running_on else e.all_cpus,
+                applied_mems=recorded.running_mems or e.all_mems,
                 stuck=stuck,
             )
         )
@@ -166,7 +108,7 @@ def adopt(e: Enforcer, container: LiveContainer) -> None:
     log.info("adopted running container %s as %s: %s", container.id, wanted.key, kind)
 
 
-def _place(e: Enforcer, wanted: ContainerRequest, running_on: CPUSet, container_id: str) -> str:
+def _place(e: Shared, wanted: ContainerRequest, running_on: CPUSet, container_id: str) -> str:
     try:
         return e.registry.admit(wanted, keep=running_on or None).kind
     except PlacementError as exc:
@@ -186,7 +128,7 @@ def _place(e: Enforcer, wanted: ContainerRequest, running_on: CPUSet, container_
     return "held"
 
 
-def _place_stuck(e: Enforcer, wanted: ContainerRequest, running_on: CPUSet) -> str:
+def _place_stuck(e: Shared, wanted: ContainerRequest, running_on: CPUSet) -> str:
     """A stuck container takes no CPUs of its own: the shared pool, else held on what it runs
     on that nobody holds."""
     shared = replace(wanted, preferences=replace(wanted.preferences, shared=True))
@@ -207,3 +149,13 @@ def _cpuset(text: str) -> CPUSet:
         return CPUSet.parse(text)
     except ValueError:
         return CPUSet()
+
+
+__all__ = [
+    "MAX_STOPPED",
+    "STUCK_AFTER_SECONDS",
+    "Stopped",
+    "StoppedContainers",
+    "adopt",
+    "newly_stuck",
+]

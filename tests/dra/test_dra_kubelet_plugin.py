@@ -17,7 +17,7 @@ from enforcer.dra.kubelet_plugin import KubeletPlugin
 from enforcer.draapi import dra_pb2, dra_pb2_grpc, registration_pb2, registration_pb2_grpc
 from enforcer.engine.claimed import claims
 from enforcer.topology import CPUSet
-from tests.engine.test_engine_core import StandInRuntime, create, enforcer
+from tests.engine.standins import StandInRuntime, create, enforcer
 from tests.support.pods import guaranteed
 
 DRIVER = "cpu.resource-enforcer.dev"

@@ -2,7 +2,7 @@
 state and one log line (no adopt/release flip, no re-pin loop), a metric and a `status` line;
 containers adopted onto the shared pool because their CPUs were taken are placed as asked once
 the CPUs free up, and reported until then. The runtime and the kernel are the engine port's
-stand-in (tests/engine/test_engine_core.py); tests/e2e and tests/nri do the same on containerd."""
+stand-in (tests/engine/standins.py); tests/e2e and tests/nri do the same on containerd."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from enforcer.commands.status import status
 from enforcer.engine import Enforcer, Recorded
 from enforcer.engine.adoption import MAX_STOPPED, STUCK_AFTER_SECONDS, StoppedContainers
 from enforcer.topology import CPUSet
-from tests.engine.test_engine_core import Clock, StandInRuntime, create, create_of, enforcer
+from tests.engine.standins import Clock, StandInRuntime, create, create_of, enforcer
 from tests.support.pods import guaranteed
 
 STUCK_GAUGE = "resource_enforcer_containers_stuck"

@@ -19,7 +19,7 @@ from enforcer.controllers.rdt.lifecycle import RdtClasses
 from enforcer.controllers.registry import CONFIG_CHECKS, CONTROLLER_TYPES, node_controllers
 from enforcer.engine import Enforcer
 from resource_contract.config import ConfigError
-from tests.engine.test_engine_core import MACHINE, Clock, FailingStore, StandInRuntime, create_of
+from tests.engine.standins import MACHINE, Clock, FailingStore, StandInRuntime, create_of
 from tests.support.fake_resctrl import FakeResctrl
 
 RDT = {"rdt": {"partitions": {"p1": {"classes": {"BestEffort": {}, "gold": {}}}}}}

@@ -28,7 +28,7 @@ from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet
 from resource_contract.config import Config
-from tests.engine.test_engine_core import Clock, StandInRuntime
+from tests.engine.standins import Clock, StandInRuntime
 from tests.support.fake_cpufreq import (
     MACHINE,
     SCALING_MAX,

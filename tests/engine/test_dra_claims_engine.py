@@ -15,7 +15,7 @@ from enforcer.engine import Enforcer, Refused
 from enforcer.engine.claimed import claim_request, claims, holders
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet
-from tests.engine.test_engine_core import (
+from tests.engine.standins import (
     StandInRuntime,
     admit,
     create,

@@ -17,7 +17,7 @@ from enforcer.engine import Enforcer
 from enforcer.engine.claimed import claim_request
 from enforcer.topology import CPUSet
 from enforcer.usage import measure
-from tests.engine.test_engine_core import StandInRuntime, create, create_of, enforcer
+from tests.engine.standins import StandInRuntime, create, create_of, enforcer
 
 EXE = Path(sys.executable).parent / "resource-enforcer"
 

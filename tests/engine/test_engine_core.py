@@ -1,150 +1,31 @@
 """The engine's decisions in situations a real runtime cannot be made to produce on demand:
 refused re-pins, calls cut off mid-way, a restart racing kubelet's retries, state writes that
-fail, cpusets that drift, configurations that cannot place a running container. The runtime
-and the kernel here are small stand-ins for the engine's ports; the end-to-end tests and the
-fault suite use the real containerd and cgroups."""
+fail, cpusets that drift. (Configurations that cannot place a running container:
+test_engine_reconfigure.) The runtime and the kernel here are small stand-ins for the
+engine's ports (tests/engine/standins.py); the end-to-end tests and the fault suite use the
+real containerd and cgroups."""
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from enforcer.configuration import parse_config
-from enforcer.controllers.cpuset import CpusetController
-from enforcer.controllers.group import Controllers
-from enforcer.cri.convert import container_create
-from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, LiveContainer, Phase, Pinning, Recorded, Refused
-from enforcer.engine.ports import ContainerMissing, RuntimeAway
-from enforcer.engine.registry import StateWriteFailed
+from enforcer.engine import Phase, Recorded, Refused
+from enforcer.engine.ports import RuntimeAway
 from enforcer.refusal import Reason
-from enforcer.state import StateStore
-from enforcer.topology import CPUSet, Topology
-from resource_contract.config import Config
-from tests.support.kubelet import container_config_for, sandbox_config_for
-from tests.support.pods import guaranteed, manifest, sleeper
-
-MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
-CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
-
-
-class StandInRuntime:
-    """The engine's runtime port, with failures on demand; it is also the kernel: a re-pin
-    sets the container's cpuset, and a test can change one behind the engine's back."""
-
-    def __init__(self) -> None:
-        self.containers: dict[str, LiveContainer] = {}
-        self.cpus: dict[str, str] = {}
-        self.refuse_updates: Exception | None = None
-        self.ignore_updates = False  # answers OK but the kernel keeps what it had
-        self.updates: list[tuple[str, str]] = []  # (container id, cpuset), in order
-        self.down = False
-        self.recorded_creates: dict[str, Recorded] = {}
-
-    def add(self, cid: str, key: str, *, running: bool = True) -> None:
-        self.containers[cid] = LiveContainer(cid, "sandbox", key, running=running, exited=False)
-
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        if self.refuse_updates is not None:
-            raise self.refuse_updates
-        if container_id not in self.containers:
-            raise ContainerMissing(container_id)
-        if not self.ignore_updates:
-            self.cpus[container_id] = pinning.cpus
-        self.updates.append((container_id, pinning.cpus))
-        return {**resources, "cpuset_cpus": pinning.cpus}
-
-    def list_containers(self) -> list[LiveContainer]:
-        if self.down:
-            raise RuntimeAway("stand-in runtime is down")
-        return list(self.containers.values())
-
-    def recorded(self, container: LiveContainer) -> Recorded | None:
-        return self.recorded_creates.get(container.id)
-
-    # -- the kernel (CpusetReader) --
-    def read(self, cgroup_parent: str, container_id: str) -> tuple[str, str] | None:
-        if container_id not in self.cpus:
-            return None
-        return self.cpus[container_id], ""
-
-
-class FailingStore(StateStore):
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.fail: OSError | None = None
-
-    def save(self, data: dict[str, Any], *, durable: bool = True, sync_later: bool = False) -> None:
-        if self.fail is not None:
-            raise self.fail
-        super().save(data, durable=durable, sync_later=sync_later)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def create_of(name: str, resources: dict | None = None) -> ContainerCreate:
-    """What kubelet's CreateContainer for a one-container pod asks, through the CRI adapter."""
-    from enforcer.cri import api_pb2
-
-    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
-    pod = manifest(name, sleeper(resources=resources))
-    request = api_pb2.CreateContainerRequest(
-        pod_sandbox_id="sandbox",
-        config=container_config_for(
-            pod, pod["spec"]["containers"][0], uid, memory_capacity=1 << 34
-        ),
-        sandbox_config=sandbox_config_for(pod, uid),
-    )
-    return container_create(request)
-
-
-def enforcer(
-    tmp_path: Path,
-    runtime: StandInRuntime,
-    config: Config = CONFIG,
-    *,
-    clock: Clock | None = None,
-    reconciled: bool = True,
-) -> Enforcer:
-    store = FailingStore(tmp_path / "state")
-    store.ensure_dir()
-    e = Enforcer(
-        topology=MACHINE,
-        config=config,
-        store=store,
-        runtime=runtime,
-        controllers=Controllers([CpusetController(runtime)]),
-        clock=clock or Clock(),
-    )
-    e.reconciled = reconciled
-    return e
-
-
-def admit(e: Enforcer, name: str, resources: dict | None = None) -> tuple[str, Pinning]:
-    return e.create(create_of(name, resources), sandbox_id="sandbox", resources={})
-
-
-def create(e: Enforcer, runtime: StandInRuntime, name: str, resources: dict | None = None) -> str:
-    key, pinning = admit(e, name, resources)
-    cid = f"cid-{name}"
-    runtime.add(cid, key)
-    runtime.cpus[cid] = pinning.cpus or "0-3"
-    e.created(key, cid)
-    e.started(cid)
-    return cid
+from enforcer.topology import CPUSet
+from tests.engine.standins import (
+    Clock,
+    FailingStore,
+    StandInRuntime,
+    admit,
+    create,
+    create_of,
+    enforcer,
+)
+from tests.support.pods import guaranteed
 
 
 def test_refused_repin_is_shown_and_retried(tmp_path: Path) -> None:
@@ -377,57 +258,6 @@ def test_a_cpuset_that_cannot_be_repaired_is_reported(tmp_path: Path) -> None:
     assert e.metrics.unrepaired._value.get() == 1
 
 
-def test_a_running_container_that_no_longer_fits_moves_to_the_shared_pool(
-    tmp_path: Path,
-) -> None:
-    runtime = StandInRuntime()
-    e = enforcer(tmp_path, runtime)
-    cid = create(e, runtime, "holder", guaranteed("3"))  # CPUs 1-3: all but the reserved one
-    # Restarted with CPU 1 reserved as well: three exclusive CPUs no longer fit.
-    config = parse_config({"policy": {"name": "static", "reservedCPUs": "0-1"}})
-    again = enforcer(tmp_path, runtime, config, reconciled=False)
-    again.restore_saved()
-    again.reconcile()
-    entry = again.registry.by_container(cid)
-    assert entry is not None  # still tracked
-    assert again.policy.placement(entry.key).kind == "shared"
-    assert runtime.cpus[cid] == "0-3"  # moved before any other container is placed
-
-
-TOPOLOGY_AWARE = parse_config({"policy": {"name": "topology-aware", "reservedCPUs": "0"}})
-
-
-def test_a_running_container_the_new_configuration_cannot_place_keeps_its_cpus(
-    tmp_path: Path,
-) -> None:
-    runtime = StandInRuntime()
-    e = enforcer(tmp_path, runtime, TOPOLOGY_AWARE)
-    cid = create(e, runtime, "holder", guaranteed("2"))
-    held = CPUSet.parse(runtime.cpus[cid])
-    # Restarted with only CPUs 0-1 available: two exclusive CPUs no longer fit, nor do two
-    # CPUs' worth of requests on the one shared CPU.
-    config = parse_config(
-        {"policy": {"name": "topology-aware", "reservedCPUs": "0", "availableCPUs": "0-1"}}
-    )
-    again = enforcer(tmp_path, runtime, config, reconciled=False)
-    again.restore_saved()
-    again.reconcile()
-    entry = again.registry.by_container(cid)
-    assert entry is not None and entry.unplaced is not None  # tracked, and said why
-    assert again.policy.placement(entry.key).kind == "held"
-    row = next(v for v in again.views() if v.container_id == cid)
-    assert row.problem is not None and "cannot place" in row.problem
-    assert again.policy.taken >= held  # nobody else gets its CPUs
-    assert runtime.cpus[cid] == str(held)  # left where it runs
-    with pytest.raises(Refused):
-        admit(again, "newcomer", guaranteed("1"))
-    assert again.metrics.held._value.get() == 1
-    # Once it ends, its CPUs are free again.
-    del runtime.containers[cid]
-    again.observed([], complete=True, asked_at=again.sequence)
-    assert not again.policy.taken and again.registry.by_container(cid) is None
-
-
 def test_state_of_another_shape_is_moved_aside_not_fatal(tmp_path: Path) -> None:
     runtime = StandInRuntime()
     state = tmp_path / "state"
@@ -454,38 +284,6 @@ def test_an_enforcer_not_in_charge_refuses_to_decide(tmp_path: Path) -> None:
         admit(e, "late", guaranteed("1"))
     assert err.value.reason == Reason.UNAVAILABLE
     assert not e.policy.admitted
-
-
-def test_reconfiguration_moves_shared_containers_out_before_exclusive_ones_move_in(
-    tmp_path: Path,
-) -> None:
-    runtime = StandInRuntime()
-    e = enforcer(tmp_path, runtime)
-    holder = create(e, runtime, "holder", guaranteed("2"))
-    sharer = create(e, runtime, "sharer")
-    held = runtime.cpus[holder]
-    runtime.updates.clear()
-    # The held CPUs become reserved: the holder must move onto CPUs the sharer is on now.
-    e.reconfigure(parse_config({"policy": {"name": "static", "reservedCPUs": held}}))
-    order = [cid for cid, _ in runtime.updates]
-    assert order == [sharer, holder]
-    assert not CPUSet.parse(runtime.cpus[holder]) & CPUSet.parse(runtime.cpus[sharer])
-
-
-def test_a_reconfiguration_whose_state_cannot_be_written_changes_nothing(
-    tmp_path: Path,
-) -> None:
-    runtime = StandInRuntime()
-    e = enforcer(tmp_path, runtime)
-    holder = create(e, runtime, "holder", guaranteed("2"))
-    before = runtime.cpus[holder]
-    store = e.registry.store
-    assert isinstance(store, FailingStore)
-    store.fail = OSError(5, "Input/output error")
-    with pytest.raises(StateWriteFailed):
-        e.reconfigure(parse_config({"policy": {"name": "static", "reservedCPUs": before}}))
-    assert e.config is CONFIG and runtime.cpus[holder] == before
-    assert str(e.policy.placement(e.registry.by_container(holder).key).exclusive) == before  # type: ignore[union-attr]
 
 
 def test_a_refused_creation_whose_release_cannot_be_written_is_released_later(

@@ -19,8 +19,8 @@ from enforcer.engine import Enforcer
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
+from tests.engine.standins import Clock, StandInRuntime
 from tests.engine.test_cpu_classes_engine import create_of
-from tests.engine.test_engine_core import Clock, StandInRuntime
 from tests.support.fake_procfs_irq import affinities, make_irqs
 
 # 8 CPUs (0-7), CPU 7 isolated by the kernel (isolcpus).

@@ -27,8 +27,8 @@ from enforcer.controllers.scheduling_classes import SchedulingClasses
 from enforcer.engine import Enforcer
 from enforcer.state import StateStore
 from resource_contract.config import Config, ConfigError
+from tests.engine.standins import MACHINE, Clock, StandInRuntime
 from tests.engine.test_cpu_classes_engine import create_of
-from tests.engine.test_engine_core import MACHINE, Clock, StandInRuntime
 from tests.support.fake_cgroup import make_v1
 from tests.support.fake_cgroup2_qos import DEFAULTS, make_qos_folder, qos_values
 

@@ -25,8 +25,8 @@ from enforcer.engine import Enforcer, Refused
 from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from resource_contract.config import Config
+from tests.engine.standins import MACHINE, Clock, StandInRuntime
 from tests.engine.test_cpu_classes_engine import create_of
-from tests.engine.test_engine_core import MACHINE, Clock, StandInRuntime
 from tests.support.sched_truth import ionice_of, nice_of, policy_of, rt_priority_of
 
 KEY = "schedulingclass.resource-enforcer.dev"

@@ -15,7 +15,7 @@ from enforcer.controllers.group import Controllers
 from enforcer.engine import Enforcer, Refused
 from enforcer.refusal import Reason
 from enforcer.state import StateStore
-from tests.engine.test_engine_core import CONFIG, MACHINE, Clock, StandInRuntime, admit, create
+from tests.engine.standins import CONFIG, MACHINE, Clock, StandInRuntime, admit, create
 from tests.faults.state_dir import TmpfsStateDir
 from tests.support.pods import guaranteed
 

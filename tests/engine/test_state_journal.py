@@ -27,7 +27,7 @@ from enforcer.state import store as store_module
 from enforcer.state.store import JOURNAL_FILE, encode_state
 from enforcer.topology import Topology
 from resource_contract.config import Config
-from tests.engine.test_state_repair import Runtime, create_of
+from tests.engine.restore_support import Runtime, create_of
 from tests.support.pods import guaranteed
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3

@@ -1,143 +1,37 @@
 """Damaged state files, kind by kind: each repair is logged with the file, what was wrong and
 what was dropped; the damaged file is kept aside; the sound entries survive; the enforcer
-comes up (restores and reconciles). Also what `status` makes of the same files, and a state
-write that fails in the middle of a CreateContainer."""
+comes up (restores and reconciles); a damaged record of kubelet's resources is replaced by the
+runtime's own. (`status` over the same files: test_state_status; refusals while the state
+cannot be read or written: test_state_unusable.)"""
 
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import logging
 import re
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enforcer.commands.status import status
-from enforcer.configuration import parse_config
-from enforcer.cri import api_pb2
-from enforcer.cri.convert import container_create
-from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, Refused, StateWriteFailed
-from enforcer.refusal import Reason
+from enforcer.engine import LiveContainer, Pinning, Recorded
 from enforcer.runtime.client import resources_record, update_request
-from enforcer.state import StateStore
-from enforcer.state import store as store_module
 from enforcer.state.store import encode_state
-from enforcer.topology import Topology
-from tests.support.kubelet import container_config_for, sandbox_config_for
-from tests.support.pods import guaranteed, manifest, sleeper
-
-MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
-CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
-NAMES = ("first", "second", "third")  # two exclusive containers and a shared one
-
-
-class Runtime:
-    """The engine's runtime port as restore and reconciliation use it: these containers run,
-    and nothing about them is recorded (a dropped entry's container is not adopted here)."""
-
-    def __init__(self) -> None:
-        self.containers: dict[str, LiveContainer] = {}
-
-    def list_containers(self) -> list[LiveContainer]:
-        return list(self.containers.values())
-
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        return resources
-
-    def recorded(self, container: LiveContainer) -> Recorded | None:
-        return None
-
-
-def create_of(name: str, resources: dict | None = None, attempt: int = 0) -> ContainerCreate:
-    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, name))
-    pod = manifest(name, sleeper(resources=resources))
-    request = api_pb2.CreateContainerRequest(
-        pod_sandbox_id=f"sandbox-{name}",
-        config=container_config_for(
-            pod, pod["spec"]["containers"][0], uid, attempt, memory_capacity=1 << 34
-        ),
-        sandbox_config=sandbox_config_for(pod, uid),
-    )
-    return container_create(request)
-
-
-def make(folder: Path, runtime: Runtime, store: StateStore | None = None) -> Enforcer:
-    store = store or StateStore(folder)
-    store.ensure_dir()
-    e = Enforcer(topology=MACHINE, config=CONFIG, store=store, runtime=runtime)
-    return e
-
-
-def admit(e: Enforcer, name: str, resources: dict | None = None, attempt: int = 0) -> str:
-    return e.create(
-        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources={}
-    )[0]
-
-
-def create(
-    e: Enforcer, runtime: Runtime, name: str, resources: dict | None = None, attempt: int = 0
-) -> None:
-    key = admit(e, name, resources, attempt)
-    cid = f"cid-{name}"
-    runtime.containers[cid] = LiveContainer(cid, f"sandbox-{name}", key, running=True, exited=False)
-    e.created(key, cid)
-    e.started(cid)
-
-
-@pytest.fixture
-def saved(tmp_path: Path) -> tuple[Path, Runtime]:
-    """A state folder holding three containers, and the runtime they run in."""
-    runtime = Runtime()
-    e = make(tmp_path / "state", runtime)
-    e.reconciled = True
-    create(e, runtime, "first", guaranteed("1"))
-    create(e, runtime, "second", guaranteed("1"))
-    create(e, runtime, "third")
-    e.persist()
-    return tmp_path / "state", runtime
-
-
-State = dict[str, Any]
-
-
-def edit(change: Callable[[State], object]) -> Callable[[Path], None]:
-    def damage(path: Path) -> None:
-        state = json.loads(path.read_text())
-        change(state)
-        path.write_bytes(encode_state(state))  # a writer's bug: the checksum matches
-
-    return damage
-
-
-def raw(data: bytes | Callable[[bytes], bytes]) -> Callable[[Path], None]:
-    def damage(path: Path) -> None:
-        path.write_bytes(data(path.read_bytes()) if callable(data) else data)
-
-    return damage
-
-
-def nested(levels: int) -> list[Any]:
-    value: list[Any] = []
-    for _ in range(levels):
-        value = [value]
-    return value
-
-
-def admitted(state: State, i: int) -> dict[str, Any]:
-    return state["policy"]["admitted"][i]
-
-
-def setitem(mapping: Any, key: Any, value: Any) -> None:
-    mapping[key] = value
-
+from tests.engine.restore_support import (
+    NAMES,
+    Runtime,
+    admitted,
+    create,
+    create_of,
+    edit,
+    make,
+    nested,
+    raw,
+    setitem,
+)
+from tests.support.pods import guaranteed
 
 # (damage, what the log line says was wrong, what it says was dropped, who is still admitted)
 KINDS: dict[str, tuple[Callable[[Path], None], str, str, tuple[str, ...]]] = {
@@ -418,20 +312,6 @@ def test_a_restarted_container_is_restored_by_its_own_key(
     again.reconcile()
 
 
-def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
-    saved: tuple[Path, Runtime], capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder, _ = saved
-    path = folder / "state.json"
-    edit(lambda s: setitem(admitted(s, 1)["request"], "cpu_request_milli", "two"))(path)
-    assert status(str(folder)) == 0
-    out = capsys.readouterr()
-    assert f"warning: state file {path}: policy entry 2 (e2e/second/app)" in out.err
-    assert "not shown: 2 of 6 entries" in out.err
-    assert " first " in out.out and " second " not in out.out
-    assert path.exists() and not list(folder.glob("state.json.corrupt-*"))  # never moved
-
-
 class CriRuntime(Runtime):
     """Re-pins as the CRI client does: the saved record of kubelet's resources converted to
     the UpdateContainerResources call (`enforcer.runtime.client.update_request`); `records`:
@@ -491,120 +371,3 @@ def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
     else:
         assert e.repin_failed
         assert dict(third.resources) == {"cpu_shares": [1]}
-
-
-def test_status_names_a_policy_name_that_is_not_a_string(
-    saved: tuple[Path, Runtime], capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder, _ = saved
-    path = folder / "state.json"
-    edit(lambda s: setitem(s["policy"], "policy", {"name": "static"}))(path)
-    assert status(str(folder)) == 0  # once a TypeError
-    out = capsys.readouterr()
-    assert "it names the policy {'name': 'static'}, which is unknown" in out.err
-    assert " first " in out.out and " third " in out.out
-
-
-@pytest.mark.parametrize(
-    ("damage", "message"),
-    [
-        (edit(lambda s: s.pop("topology")), "its topology or policy configuration is damaged"),
-        (
-            edit(lambda s: setitem(s, "policyConfig", {"name": "greedy"})),
-            "its topology or policy configuration is damaged",
-        ),
-        (raw(b"[1, 2"), "it is not JSON"),
-    ],
-)
-def test_status_on_a_state_it_cannot_use_is_one_line(
-    saved: tuple[Path, Runtime],
-    capsys: pytest.CaptureFixture[str],
-    damage: Callable[[Path], None],
-    message: str,
-) -> None:
-    folder, _ = saved
-    damage(folder / "state.json")
-    assert status(str(folder)) == 1
-    *warnings, last = capsys.readouterr().err.strip().splitlines()
-    assert last.startswith("cannot use the state: ") and message in last
-    assert all(w.startswith("warning: ") for w in warnings)
-
-
-def test_status_when_the_state_file_cannot_be_read_is_one_line(
-    saved: tuple[Path, Runtime],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    folder, _ = saved
-
-    def denied(path: Path) -> bytes:  # root reads anything: the refusal is played
-        raise PermissionError(errno.EACCES, "Permission denied", str(path))
-
-    monkeypatch.setattr(store_module, "read_file", denied)
-    assert status(str(folder)) == 1
-    assert capsys.readouterr().err == (
-        f"cannot use the state: the state file {folder / 'state.json'} cannot be read: "
-        "Permission denied (EACCES)\n"
-    )
-
-
-def test_the_enforcer_refuses_to_decide_blind_when_the_state_cannot_be_read(
-    saved: tuple[Path, Runtime], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder, runtime = saved
-    path = folder / "state.json"
-    kept = path.read_bytes()
-    real = store_module.read_file
-
-    def denied(at: Path) -> bytes:  # root reads anything: the refusal is played
-        if Path(at) == path:
-            raise PermissionError(errno.EACCES, "Permission denied", str(at))
-        return real(at)
-
-    monkeypatch.setattr(store_module, "read_file", denied)
-    e = make(folder, runtime)
-    e.restore_saved()
-    e.reconciled = True  # even so
-    with pytest.raises(Refused) as err:
-        admit(e, "blind", guaranteed("1"))
-    assert err.value.reason == Reason.UNAVAILABLE
-    assert str(err.value).startswith(f"the state file {path} cannot be read: Permission denied")
-    with pytest.raises(StateWriteFailed):
-        e.persist()  # never written over
-    monkeypatch.undo()
-    assert path.read_bytes() == kept
-    e.restore_saved()  # readable again
-    assert e.registry.store is not None and e.registry.store.problem is None
-    assert len(e.policy.admitted) == 3
-
-
-def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
-    saved: tuple[Path, Runtime], caplog: pytest.LogCaptureFixture
-) -> None:
-    folder, runtime = saved
-    e = make(folder, runtime)
-    e.restore_saved()
-    e.reconcile()
-    (folder / ".state.json.tmp").mkdir()  # where every write goes first: now a folder
-    with pytest.raises(Refused) as err:
-        admit(e, "fourth")
-    assert err.value.reason == Reason.UNAVAILABLE
-    assert str(err.value) == (
-        f"cannot write the state file {folder / 'state.json'}: Is a directory (EISDIR)"
-    )
-    assert len(e.policy.admitted) == 3  # rolled back
-    # Until a write works, nothing is decided, and the reason names the folder and the error.
-    with pytest.raises(Refused) as err:
-        admit(e, "fifth")
-    assert str(err.value) == (
-        f"the state folder {folder} cannot be written: Is a directory (EISDIR)"
-    )
-    caplog.clear()
-    with caplog.at_level(logging.ERROR):
-        e.maintain()  # the retry fails quietly: the problem was logged once already
-    assert not caplog.records
-    (folder / ".state.json.tmp").rmdir()
-    e.maintain()
-    assert e.registry.store is not None and e.registry.store.problem is None
-    admit(e, "fifth")
-    assert len(e.policy.admitted) == 4

@@ -12,7 +12,7 @@ from enforcer.cri import api_pb2
 from enforcer.engine import Enforcer
 from enforcer.relay.h2 import Response
 from enforcer.relay.service import LISTING_COALESCE_SECONDS, CRIService
-from tests.engine.test_engine_core import StandInRuntime, admit, create, enforcer
+from tests.engine.standins import StandInRuntime, admit, create, enforcer
 from tests.support.pods import guaranteed
 
 EVERYTHING = api_pb2.ListContainersRequest().SerializeToString()  # kubelet's relisting

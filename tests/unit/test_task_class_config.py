@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from enforcer.decode import DecodeError, decode_container
-from enforcer.engine.enforcer import class_settings
+from enforcer.engine.shared import class_settings
 from enforcer.refusal import Reason
 from resource_contract.config import ConfigError, parse_config
 from tests.engine.test_cpu_classes_engine import create_of
