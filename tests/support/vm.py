@@ -243,13 +243,15 @@ class VM:
         say(f"up in {time.monotonic() - start:.0f} s (ssh port {vm.port}, checkout at {REPO})")
         return vm
 
-    def down(self) -> None:
-        """Stops QEMU (a clean poweroff first) and removes the run folder's disks and record."""
+    def down(self, *, poweroff: bool = True) -> None:
+        """Stops QEMU (a clean poweroff first, unless ``poweroff`` is false: the overlay disk
+        goes anyway) and removes the run folder's disks and record."""
         pid = self.pid()
         if pid is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.exec("systemctl poweroff", timeout=20)
-            deadline = time.monotonic() + 60
+            if poweroff:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.exec("systemctl poweroff", timeout=20)
+            deadline = time.monotonic() + (60 if poweroff else 0)
             while self.pid() is not None and time.monotonic() < deadline:
                 time.sleep(1)
             if self.pid() is not None:

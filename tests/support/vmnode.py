@@ -17,13 +17,16 @@ imported with ctr. ``down()`` stops the VM and the control plane; only ``logs/``
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import images
@@ -120,25 +123,30 @@ class VMNode:
         self.start_node()
 
     def start_node(self) -> None:
-        """In the booted VM: the configuration, containerd, the images, kubelet (waited for
-        the node Ready) and the enforcer (waited for its ResourceSlice)."""
+        """In the booted VM: the configuration and containerd, then the enforcer (its start
+        under emulation is the longest step, so the images and kubelet come up meanwhile:
+        kubelet finds the driver's registration socket when it starts), the images, kubelet;
+        waited for: the node Ready and the driver's ResourceSlice."""
         bins = self.cluster.bins
         t = time.monotonic()
         self._configure_guest(bins)
-        self._step("node configured, containerd up, images imported", t)
-
-        t = time.monotonic()
-        self._start_guest("kubelet", [*comp.kubelet_argv(bins, GUEST, GUEST_IP)])
-        procs.wait_until(
-            f"node {NODE_NAME} Ready", self.cluster.node_ready, scaled(300),
-            log=None,
-        )  # fmt: skip
-        self._step("kubelet in the VM, node Ready", t)
-
+        self._step("node configured, containerd up", t)
         t = time.monotonic()
         self.start_enforcer()
-        procs.wait_until("the enforcer's ResourceSlice", self.slice_devices, scaled(300))
+        self._import_images(bins)
+        self._step("images imported", t)
+        self._start_guest("kubelet", [*comp.kubelet_argv(bins, GUEST, GUEST_IP)])
+        self._wait(f"node {NODE_NAME} Ready", self.cluster.node_ready, "kubelet")
+        self._step("kubelet in the VM, node Ready", t)
+        self._wait("the enforcer's ResourceSlice", self.slice_devices, "enforcer")
         self._step("enforcer (NRI, DRA) publishing", t)
+
+    def _wait(self, what: str, check: Callable[[], object], component: str) -> None:
+        try:
+            procs.wait_until(what, check, scaled(300))
+        except ClusterError as e:
+            tail = self.guest_log(component)
+            raise ClusterError(f"{e}\n--- {component} in the VM:\n{tail}") from e
 
     @classmethod
     def attach(cls, root: Path) -> VMNode:
@@ -191,6 +199,10 @@ class VMNode:
                     f"containerd in the VM did not start: {self.guest_log('containerd')}"
                 )
             time.sleep(2)
+
+    def _import_images(self, bins: dict[str, Path]) -> None:
+        assert self.vm is not None
+        vm, g = self.vm, GUEST
         ctr = bins["containerd"] / "ctr"
         with tempfile.TemporaryDirectory(prefix="kre-vmnode-") as tmp:
             deploy.build_pause_image(bins["pause"])
@@ -276,11 +288,18 @@ class VMNode:
             VM.attach(self.lay.root / "vm") if (self.lay.root / "vm" / "vm.json").exists() else None
         )
         if vm is not None and vm.pid() is not None:
-            with contextlib.suppress(Exception):
-                for name in ("kubelet", "containerd", "enforcer"):
-                    text = vm.exec(f"cat {GUEST.log(name)}", timeout=60).stdout
-                    (self.lay.logs / f"vm-{name}.log").write_text(text)
-            vm.down()
+            with contextlib.suppress(Exception):  # the logs, over one connection
+                self.lay.logs.mkdir(parents=True, exist_ok=True)
+                logs = subprocess.run(
+                    vm.ssh_command(f"tar -c -C {GUEST.logs} ."), capture_output=True, timeout=120
+                ).stdout
+                with tarfile.open(fileobj=io.BytesIO(logs)) as tar:
+                    for member in tar.getmembers():
+                        found = tar.extractfile(member) if member.isfile() else None
+                        if found is not None:
+                            name = Path(member.name).name
+                            (self.lay.logs / f"vm-{name}").write_bytes(found.read())
+            vm.down(poweroff=False)  # its disk is a throwaway overlay: no need to wait
         for name in CONTROL_PLANE:
             procs.stop(self.lay, name)
         if self.lay.root.exists():

@@ -6,8 +6,9 @@ NUMA node 0 and 2-3 on node 1, CPU 0 reserved).
 A Pod with a ResourceClaim for 2 CPUs of NUMA node 1 (a CEL selector on
 ``resource.kubernetes.io/numaNode``) runs on exactly the CPUs the scheduler allocated, read from
 its cgroup v2 ``cpuset.cpus.effective`` in the VM, with its memory on that node
-(``cpuset.mems.effective``); a shared pod's cpuset leaves them out while the claim is held and
-gets them back when the claimed Pod is deleted. Truth from the VM's cgroup files."""
+(``cpuset.mems.effective``); a shared pod's cpuset leaves them out while the claim is held (and
+a pod started then starts without them) and gets them back when the claimed Pod is deleted.
+Truth from the VM's cgroup files."""
 
 from __future__ import annotations
 
@@ -125,6 +126,9 @@ def test_a_claim_for_two_cpus_of_numa_node_1_is_the_pods_alone_and_back_to_the_p
     # Nobody else runs on them: the shared pod moved off.
     wait_for("the shared pod off the claimed CPUs", lambda: not (cpus(node, "shared") & NODE1))
     assert cpus(node, "shared") == ALL - NODE1
+    place(node, w.pod("later", NS, w.container("app", w.burstable())))
+    assert cpus(node, "later") == ALL - NODE1
     # Deleting the pod returns them to the shared pool.
     node.kubectl.run("-n", NS, "delete", "pod", "claimed", "--wait=true", timeout=scaled(120))
     wait_for("the claimed CPUs back in the shared pool", lambda: cpus(node, "shared") == ALL)
+    assert cpus(node, "later") == ALL
