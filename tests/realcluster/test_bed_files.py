@@ -5,6 +5,7 @@ node's, and the Go modules pin one version of every staging module."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support import vmnode
 from tests.support.cluster import components as comp
 from tests.support.cluster import configs, deploy
 from tests.support.cluster.layout import CGROUP_ROOT, REPO, Layout
@@ -161,3 +163,32 @@ def test_the_chart_with_the_bed_values_matches_the_overlay(mode: str, tmp_path: 
     assert spec["containers"][0]["volumeMounts"] == ops["volumeMounts"]
     assert spec["volumes"] == ops["volumes"]
     assert spec["containers"][0]["image"] == deploy.IMAGES["enforcer"]
+
+
+def test_the_vm_nodes_control_plane_and_kubelet_stay_apart_from_the_hosts(tmp_path: Path) -> None:
+    """The VM node (tests/support/vmnode.py) runs beside the host's cluster: other ports; an
+    API server certificate the guest can check at 10.0.2.2; kubelet on cgroup v2 without the
+    v1 override; a CNI network without portmap (no iptables in the VM)."""
+    host = Layout(tmp_path)
+    node = Layout(tmp_path, vmnode.PORTS)
+    host_ports = set(vars(host.ports).values())
+    assert host_ports.isdisjoint(vars(node.ports).values())
+    argv = " ".join(
+        comp.etcd_argv({"etcd": Path("/e")}, node)
+        + comp.apiserver_argv({"kubernetes": Path("/k")}, node, "192.0.2.9")
+        + comp.controller_manager_argv({"kubernetes": Path("/k")}, node)
+        + comp.scheduler_argv({"kubernetes": Path("/k")}, node)
+    )
+    assert not any(re.search(rf"[:=]{port}\b", argv) for port in host_ports), argv
+    pki = ClusterPKI(tmp_path / "pki")
+    pki.ensure(
+        "node-x", "192.0.2.9", "10.218.0.1", clients=comp.CLIENTS, extra_ips=(vmnode.GATEWAY,)
+    )
+    api = x509.load_pem_x509_certificate(pki.pair("apiserver").crt.read_bytes())
+    sans = api.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert vmnode.GATEWAY in {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    cfg = yaml.safe_load(configs.kubelet_config(vmnode.GUEST, "unix:///x", cgroup_v1=False))
+    assert "failCgroupV1" not in cfg and cfg["cpuManagerPolicy"] == "none"
+    assert cfg["cgroupDriver"] == "cgroupfs"
+    plugins = json.loads(configs.cni_conflist(vmnode.GUEST, portmap=False))["plugins"]
+    assert [p["type"] for p in plugins] == ["bridge"]

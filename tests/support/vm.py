@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -22,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +38,13 @@ BOOT_DEADLINE = 300.0  # s: TCG boots in about a minute; the machine is shared a
 CPU_MODEL = "max,vendor=GenuineIntel"  # Intel's topology leaf: the kernel then sees the SMT threads
 
 
-def shares() -> list[Path]:
+def shares(extra: tuple[Path, ...] = ()) -> list[Path]:
     """Folders shared read-only into the VM at their own paths: the checkout, the virtual
     environment running this (when it lies outside the checkout) and its interpreter (when it is
-    not the system's, e.g. pyenv's), so that the checkout's tests run in the VM as they are."""
+    not the system's, e.g. pyenv's), so that the checkout's tests run in the VM as they are;
+    then ``extra`` (the VM node's kubelet and CNI plugins, tests/support/vmnode.py)."""
     found: list[Path] = []
-    for folder in (REPO, Path(sys.prefix), Path(sys.base_prefix)):
+    for folder in (REPO, Path(sys.prefix), Path(sys.base_prefix), *extra):
         folder = folder.resolve()
         if folder == Path("/usr") or any(folder.is_relative_to(f) for f in found):
             continue
@@ -61,8 +64,9 @@ def default_folder() -> Path:
     return Path(os.environ.get("KRE_VM", REPO / ".vm"))
 
 
-def qemu_command(image: Path, run: Path, port: int) -> list[str]:
-    """The QEMU command line that boots ``image`` (a build.sh folder) with its state in ``run``."""
+def qemu_command(image: Path, run: Path, port: int, extra: tuple[Path, ...] = ()) -> list[str]:
+    """The QEMU command line that boots ``image`` (a build.sh folder) with its state in ``run``
+    (``extra``: more folders shared read-only, as ``shares`` says)."""
     cpus = SOCKETS * CORES * THREADS
     per_node = cpus // SOCKETS
     numa: list[str] = []
@@ -73,7 +77,7 @@ def qemu_command(image: Path, run: Path, port: int) -> list[str]:
             f"cpus={node * per_node}-{(node + 1) * per_node - 1}",
         ]  # fmt: skip
     virtfs: list[str] = []
-    for i, folder in enumerate(shares()):
+    for i, folder in enumerate(shares(extra)):
         virtfs += [
             "-virtfs",
             f"local,path={folder},mount_tag=kre{i},security_model=none,readonly=on",
@@ -146,6 +150,24 @@ class VM:
             )
         return done
 
+    def put(self, files: dict[str, tuple[bytes, int]]) -> None:
+        """Writes files in the VM (absolute path -> content and mode; folders made), as one
+        tar archive over one ssh connection (each costs seconds under emulation)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path, (data, mode) in files.items():
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+        done = subprocess.run(
+            self.ssh_command("tar -x -C / -f -"),
+            input=buffer.getvalue(),
+            capture_output=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise VMError(f"could not write {sorted(files)} in the VM: {done.stderr.decode()}")
+
     def read(self, path: str) -> str:
         """A file's text in the VM (cgroup and sysfs files)."""
         return self.exec(f"cat {shlex.quote(path)}", check=True, timeout=60).stdout
@@ -166,9 +188,10 @@ class VM:
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
-    def up(cls, run: Path | None = None) -> VM:
+    def up(cls, run: Path | None = None, extra_shares: tuple[Path, ...] = ()) -> VM:
         """Builds the image when it is not cached, boots it and waits until ssh answers and the
-        checkout is mounted. A VM already running from ``run`` is reused."""
+        checkout (and ``extra_shares``) is mounted. A VM already running from ``run`` is
+        reused."""
         folder = run or default_folder()
         if (folder / "vm.json").exists():
             vm = cls.attach(folder)
@@ -197,7 +220,7 @@ class VM:
         (folder / "console.log").unlink(missing_ok=True)
         start = time.monotonic()
         booted = subprocess.run(
-            qemu_command(image, folder, vm.port), capture_output=True, text=True
+            qemu_command(image, folder, vm.port, extra_shares), capture_output=True, text=True
         )
         if booted.returncode != 0:
             raise VMError(f"qemu did not start: {booted.stderr.strip()}")
@@ -210,7 +233,7 @@ class VM:
                 vm.down()
                 raise VMError(f"no ssh after {BOOT_DEADLINE:.0f} s; see {folder / 'console.log'}")
             time.sleep(2)
-        for i, folder in enumerate(shares()):
+        for i, folder in enumerate(shares(extra_shares)):
             at = shlex.quote(str(folder))
             vm.exec(
                 f"mkdir -p {at} && (mountpoint -q {at} || mount -t 9p -o "
@@ -220,13 +243,15 @@ class VM:
         say(f"up in {time.monotonic() - start:.0f} s (ssh port {vm.port}, checkout at {REPO})")
         return vm
 
-    def down(self) -> None:
-        """Stops QEMU (a clean poweroff first) and removes the run folder's disks and record."""
+    def down(self, *, poweroff: bool = True) -> None:
+        """Stops QEMU (a clean poweroff first, unless ``poweroff`` is false: the overlay disk
+        goes anyway) and removes the run folder's disks and record."""
         pid = self.pid()
         if pid is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.exec("systemctl poweroff", timeout=20)
-            deadline = time.monotonic() + 60
+            if poweroff:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.exec("systemctl poweroff", timeout=20)
+            deadline = time.monotonic() + (60 if poweroff else 0)
             while self.pid() is not None and time.monotonic() < deadline:
                 time.sleep(1)
             if self.pid() is not None:

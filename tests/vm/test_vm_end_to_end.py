@@ -49,7 +49,7 @@ SUBSET: dict[str, tuple[str, ...]] = {
     "tests/nri/test_nri_classes.py": ("test_blockio_class_writes_the_real_disks_throttles",),
 }
 # Modules that exist for the VM only (tests/vm/inside: not collected on cgroup v1), all cases.
-INSIDE = ("tests/vm/inside/test_blockio_v2.py",)
+INSIDE = ("tests/vm/inside/test_blockio_v2.py", "tests/vm/inside/test_memory_qos_v2.py")
 RUNTIME = "containerd2.4"
 TIMEOUT_SCALE = 10
 REPORT = "/tmp/kre-vm-junit.xml"

@@ -26,13 +26,13 @@ from tests.support.cluster import configs, deploy, node, procs
 from tests.support.cluster.kube import Kubectl
 from tests.support.cluster.layout import (
     API_SERVICE_IP,
-    APISERVER_PORT,
     MODES,
     NO_ENFORCER,
     NODE_NAME,
     PAUSE_IMAGE,
     REPO,
     Layout,
+    Ports,
     default_folder,
 )
 from tests.support.cluster.pki import ClusterPKI
@@ -70,14 +70,20 @@ class Cluster:
     """One single-node cluster in ``root`` (default ``.cluster/``)."""
 
     def __init__(
-        self, mode: str = "nri", root: Path | None = None, *, baseline: bool = False
+        self,
+        mode: str = "nri",
+        root: Path | None = None,
+        *,
+        baseline: bool = False,
+        ports: Ports | None = None,
     ) -> None:
         """``baseline``: the bench's node without the webhook and the enforcer (mode
-        ``none``: kubelet talks to containerd, no admission webhook)."""
+        ``none``: kubelet talks to containerd, no admission webhook). ``ports``: the control
+        plane's, when it runs beside the host's cluster (the VM node's)."""
         if not (mode in MODES or (baseline and mode == NO_ENFORCER)):
             raise ValueError(f"MODE must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
-        self.lay = Layout((root or default_folder()).resolve())
+        self.lay = Layout((root or default_folder()).resolve(), ports or Ports())
         self.kubectl = Kubectl(self.lay)
         self.bins: dict[str, Path] = {}
         self.node_ip = ""
@@ -171,12 +177,12 @@ class Cluster:
         self.wait_programs()
         self._step(f"webhook and enforcer ({self.mode}) serving", t)
 
-    def start_control_plane(self) -> None:
-        """etcd, the API server (waited for), the service rule, the controller manager and
-        the scheduler."""
+    def start_control_plane(self, *, service_rule: bool = True) -> None:
+        """etcd, the API server (waited for), the service rule (not for a node whose pods do
+        not run on this host), the controller manager and the scheduler."""
         lay = self.lay
         procs.start(lay, "etcd", comp.etcd_argv(self.bins, lay))
-        procs.wait_until("etcd", comp.etcd_healthy, 60, log=lay.log("etcd"))
+        procs.wait_until("etcd", lambda: comp.etcd_healthy(lay), 60, log=lay.log("etcd"))
         procs.start(lay, "kube-apiserver", comp.apiserver_argv(self.bins, lay, self.node_ip))
         procs.wait_until(
             "the API server's /readyz",
@@ -186,7 +192,8 @@ class Cluster:
             180,
             log=lay.log("kube-apiserver"),
         )
-        node.add_service_rule(self.node_ip)
+        if service_rule:
+            node.add_service_rule(self.node_ip)
         procs.start(lay, "kube-controller-manager", comp.controller_manager_argv(self.bins, lay))
         procs.start(lay, "kube-scheduler", comp.scheduler_argv(self.bins, lay))
 
@@ -222,7 +229,7 @@ class Cluster:
     def _write_configs(self) -> None:
         lay = self.lay
         ClusterPKI(lay.pki).ensure(NODE_NAME, self.node_ip, API_SERVICE_IP, clients=comp.CLIENTS)
-        server = f"https://127.0.0.1:{APISERVER_PORT}"
+        server = f"https://127.0.0.1:{lay.ports.apiserver}"
         for name, cert in comp.KUBECONFIGS.items():
             text = configs.kubeconfig(
                 server, lay.pki / "ca.crt", lay.pki / f"{cert}.crt", lay.pki / f"{cert}.key", name

@@ -13,9 +13,6 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.cluster.layout import (
-    APISERVER_PORT,
-    ETCD_CLIENT_PORT,
-    ETCD_PEER_PORT,
     NODE_NAME,
     SERVICE_CIDR,
     Layout,
@@ -39,8 +36,8 @@ KUBECONFIGS = {
 
 
 def etcd_argv(bins: dict[str, Path], lay: Layout) -> list[str]:
-    client = f"http://127.0.0.1:{ETCD_CLIENT_PORT}"
-    peer = f"http://127.0.0.1:{ETCD_PEER_PORT}"
+    client = f"http://127.0.0.1:{lay.ports.etcd_client}"
+    peer = f"http://127.0.0.1:{lay.ports.etcd_peer}"
     return [
         str(bins["etcd"] / "etcd"),
         "--name=kre",
@@ -58,8 +55,8 @@ def etcd_argv(bins: dict[str, Path], lay: Layout) -> list[str]:
     ]
 
 
-def etcd_healthy() -> bool:
-    url = f"http://127.0.0.1:{ETCD_CLIENT_PORT}/health"
+def etcd_healthy(lay: Layout) -> bool:
+    url = f"http://127.0.0.1:{lay.ports.etcd_client}/health"
     with urllib.request.urlopen(url, timeout=2) as r:
         return b'"true"' in r.read()
 
@@ -68,8 +65,8 @@ def apiserver_argv(bins: dict[str, Path], lay: Layout, node_ip: str) -> list[str
     pki = lay.pki
     return [
         str(bins["kubernetes"] / "kube-apiserver"),
-        f"--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}",
-        f"--secure-port={APISERVER_PORT}",
+        f"--etcd-servers=http://127.0.0.1:{lay.ports.etcd_client}",
+        f"--secure-port={lay.ports.apiserver}",
         f"--advertise-address={node_ip}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -101,6 +98,7 @@ def controller_manager_argv(bins: dict[str, Path], lay: Layout) -> list[str]:
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
+        f"--secure-port={lay.ports.controller_manager}",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -120,6 +118,7 @@ def scheduler_argv(bins: dict[str, Path], lay: Layout) -> list[str]:
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
+        f"--secure-port={lay.ports.scheduler}",
         "--leader-elect=false",
         "--profiling=false",
         "--v=1",

@@ -36,8 +36,11 @@ def kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def kubelet_config(lay: Layout, runtime_endpoint: str, cpu_manager: str = "none") -> str:
-    """KubeletConfiguration as on a real node of this kind (cgroup v1, cgroupfs, no swap limit).
+def kubelet_config(
+    lay: Layout, runtime_endpoint: str, cpu_manager: str = "none", *, cgroup_v1: bool = True
+) -> str:
+    """KubeletConfiguration as on a real node of this kind (cgroup v1, cgroupfs, no swap limit;
+    ``cgroup_v1=False`` for the cgroup v2 VM's node, where kubelet needs no override).
 
     CPU manager `none`: the enforcer pins (docs/install.md, Step 4). Eviction and image garbage
     collection thresholds are loosened: the test machine's disk is small and shared, and the
@@ -53,8 +56,6 @@ def kubelet_config(lay: Layout, runtime_endpoint: str, cpu_manager: str = "none"
         "cgroupRoot": f"/{CGROUP_ROOT}",
         "cpuManagerPolicy": cpu_manager,
         "failSwapOn": False,
-        # Kubernetes 1.35+ refuses cgroup v1 hosts by default (KEP-5573); this machine is one.
-        "failCgroupV1": False,
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
@@ -85,6 +86,9 @@ def kubelet_config(lay: Layout, runtime_endpoint: str, cpu_manager: str = "none"
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s",
     }
+    if cgroup_v1:
+        # Kubernetes 1.35+ refuses cgroup v1 hosts by default (KEP-5573); this machine is one.
+        doc["failCgroupV1"] = False
     if cpu_manager == "static":
         # static needs CPUs kept back from the pods; it rounds 100m up to one whole CPU
         # (CPU 0) for itself, while the node's allocatable shrinks by 100m only, so the pods
@@ -175,9 +179,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 """
 
 
-def cni_conflist(lay: Layout) -> str:
+def cni_conflist(lay: Layout, *, portmap: bool = True) -> str:
     """One bridge network with host-local addresses in a private range; no masquerading (pods
-    only talk to the node and to each other)."""
+    only talk to the node and to each other). ``portmap=False``: without the port-mapping
+    plugin, which needs iptables (the VM node has none)."""
     doc = {
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -198,4 +203,6 @@ def cni_conflist(lay: Layout) -> str:
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }
+    if not portmap:
+        doc["plugins"] = doc["plugins"][:1]
     return json.dumps(doc, indent=2) + "\n"

@@ -40,10 +40,23 @@ def default_folder() -> Path:
 
 
 @dataclass(frozen=True)
+class Ports:
+    """The loopback ports of one cluster's control plane. The host's cluster has the defaults;
+    another control plane beside it (the VM node's, tests/support/vmnode.py) takes others."""
+
+    etcd_client: int = ETCD_CLIENT_PORT
+    etcd_peer: int = ETCD_PEER_PORT
+    apiserver: int = APISERVER_PORT
+    controller_manager: int = 10257  # kube-controller-manager's default --secure-port
+    scheduler: int = 10259  # kube-scheduler's default --secure-port
+
+
+@dataclass(frozen=True)
 class Layout:
-    """Every path of one cluster, below ``root``."""
+    """Every path of one cluster, below ``root``, and its control plane's ports."""
 
     root: Path
+    ports: Ports = Ports()
 
     @property
     def pki(self) -> Path:

@@ -71,9 +71,16 @@ class ClusterPKI:
         return Pair(self.folder / f"{name}.crt", self.folder / f"{name}.key")
 
     def ensure(
-        self, node: str, node_ip: str, service_ip: str, *, clients: dict[str, tuple[str, str]]
+        self,
+        node: str,
+        node_ip: str,
+        service_ip: str,
+        *,
+        clients: dict[str, tuple[str, str]],
+        extra_ips: tuple[str, ...] = (),
     ) -> None:
-        """Make what is missing. ``clients``: file name -> (common name, organization)."""
+        """Make what is missing. ``clients``: file name -> (common name, organization);
+        ``extra_ips``: more addresses of the API server (a VM's gateway to the host)."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not (self.ca.crt.exists() and self.ca.key.exists()):
             self._write_ca()
@@ -91,7 +98,7 @@ class ClusterPKI:
                     "localhost",
                     node,
                 ],
-                ["127.0.0.1", node_ip, service_ip],
+                ["127.0.0.1", node_ip, service_ip, *extra_ips],
             ),
             "kubelet": (node, [node, "localhost"], ["127.0.0.1", node_ip]),
         }
