@@ -33,7 +33,13 @@ from enforcer.decode import (
 from enforcer.engine import claimed
 from enforcer.engine.adoption import StoppedContainers, adopt, newly_stuck
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
-from enforcer.engine.ports import ContainerMissing, RecordUnusable, Runtime, RuntimeAway
+from enforcer.engine.ports import (
+    ContainerMissing,
+    DeviceSource,
+    RecordUnusable,
+    Runtime,
+    RuntimeAway,
+)
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
 from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import PlacementError, Policy, make_policy
@@ -82,8 +88,10 @@ class Enforcer:
         metrics: EnforcerMetrics | None = None,
         controllers: Controllers | None = None,
         clock: Callable[[], float] = time.monotonic,
+        devices: DeviceSource | None = None,
     ) -> None:
         self.topology = topology
+        self.devices = devices  # kubelet's pod-resources API, read for preferCloseToDevices
         self.config = config
         # Values a controller read to be put back later, not yet in the state file.
         self._originals_unsaved = False
@@ -239,7 +247,22 @@ class Enforcer:
         wanted = claimed.for_container(self.policy, create, wanted)
         if self.controllers is not None:
             wanted = self.controllers.admit(wanted)
-        return wanted
+        return self._with_devices(wanted)
+
+    def _with_devices(self, wanted: ContainerRequest) -> ContainerRequest:
+        """policy.preferCloseToDevices: the devices kubelet gave a container that could have
+        CPUs of its own, read before the decision (kubelet not answering: none, logged)."""
+        if (
+            self.devices is None
+            or not self.config.policy.preferCloseToDevices
+            or not wanted.exclusive_eligible
+            or not wanted.exclusive_cpus
+        ):
+            return wanted
+        facts = self.devices.devices_of(wanted.namespace, wanted.pod_name, wanted.container)
+        if facts is None or not facts.devices:
+            return wanted
+        return replace(wanted, devices=facts.devices, device_nodes=facts.nodes)
 
     def create(
         self,
@@ -297,6 +320,10 @@ class Enforcer:
             placement.mems,
             wanted.source,
         )
+        if note := self.policy.device_note(wanted.key):
+            log.info(
+                "%s/%s container %s: %s", wanted.namespace, wanted.pod_name, wanted.container, note
+            )
         if ignored := self.policy.cpu_class_ignored(wanted.key):
             log.warning(
                 "%s/%s container %s: %s",
