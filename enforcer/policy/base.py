@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
+from enforcer.policy.device_locality import described
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
@@ -210,7 +211,12 @@ class Policy(ABC):
     def device_note(self, key: str) -> str | None:
         """How policy.preferCloseToDevices placed an admitted container: close to its
         devices, or why not; None when it did not apply."""
-        return self._device_notes.get(key) if key in self.admitted else None
+        entry = self.admitted.get(key)
+        if entry is None or not self.config.preferCloseToDevices or not entry.exclusive:
+            return None
+        return self._device_notes.get(key) or described(
+            self.topology, entry.request, entry.exclusive
+        )
 
     def _note_devices(self, key: str, note: str | None) -> None:
         if note is None:

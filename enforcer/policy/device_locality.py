@@ -67,6 +67,25 @@ def close_cpus(
     return Closeness(there, f"close to devices {named} on {_nodes_text(nodes)}")
 
 
+def described(topology: Topology, request: ContainerRequest, exclusive: CPUSet) -> str | None:
+    """The note of a decision made by an earlier process (restored from the state file, read
+    by `status`), from what it left: where the CPUs are against where the devices are."""
+    if not request.devices:
+        return None
+    named = ", ".join(request.devices)
+    nodes = sorted(set(request.device_nodes))
+    if not nodes:
+        return f"devices {named} report no NUMA node: normal placement"
+    if unknown := [n for n in nodes if n not in topology.nodes]:
+        return (
+            f"devices {named} are on {_nodes_text(unknown)}, which this machine does not have: "
+            "normal placement"
+        )
+    if exclusive and topology.nodes_of_cpus(exclusive) <= set(nodes):
+        return f"close to devices {named} on {_nodes_text(nodes)}"
+    return f"devices {named} are on {_nodes_text(nodes)}: normal placement (no room there)"
+
+
 def device_mems(
     topology: Topology, config: PolicyConfig, request: ContainerRequest, cpus: CPUSet
 ) -> CPUSet | None:
