@@ -9,15 +9,20 @@ Snapshots: `2-socket-4-node-40-core` (80 CPUs, 20 per node, two nodes per socket
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from enforcer.commands.plan import plan_command
 from enforcer.configuration import parse_config
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import make_policy
 from enforcer.policy.model import Admitted
+from enforcer.sysfs import read_topology
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError
 
@@ -150,3 +155,78 @@ def test_shared_containers_are_left_alone(topologies: dict[str, Topology]) -> No
 def test_refused_where_no_policy_reads_it(policy: str) -> None:
     with pytest.raises(ConfigError, match=r"policy\.preferCloseToDevices"):
         parse_config({"policy": {"name": policy, "preferCloseToDevices": True}})
+
+
+def nic_pod(name: str, cpu: str) -> dict[str, Any]:
+    resources = {"limits": {"cpu": cpu, "memory": "64Mi"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "prod"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]},
+    }
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_plan_reads_the_devices_file(
+    tmp_path: Path,
+    snapshot_roots: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    policy: str,
+) -> None:
+    root = snapshot_roots["2-socket-4-node-40-core"]
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"policy": {"name": policy, "reservedCPUs": "0", "preferCloseToDevices": True}}
+        )
+    )
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(yaml.safe_dump_all([nic_pod("near", "4"), nic_pod("far", "2")]))
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(
+        yaml.safe_dump(
+            {
+                "prod/near/c": {"devices": ["example.com/fake-nic=nic-0"], "numaNodes": [2]},
+                "prod/far/c": {"devices": ["example.com/fake-nic=nic-1"], "numaNodes": [9]},
+            }
+        )
+    )
+    assert plan_command(str(cfg), str(root), str(pods), "json", str(devices)) == 0
+    rows = {r["pod"]: r for r in json.loads(capsys.readouterr().out)}
+    topology = read_topology(str(root))
+    assert topology.nodes_of_cpus(CPUSet.parse(rows["near"]["cpus"])) == {2}
+    assert rows["near"]["mems"] == "2"
+    assert rows["near"]["devices"] == "close to devices example.com/fake-nic=nic-0 on NUMA node 2"
+    assert "NUMA node 9, which this machine does not have" in rows["far"]["devices"]
+    assert plan_command(str(cfg), str(root), str(pods), "table", str(devices)) == 0
+    assert "DEVICES prod/near/c: close to devices" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ({"prod/near": {"devices": ["a"]}}, "prod/near: the key must be namespace/pod/container"),
+        ({"prod/near/c": {"devices": []}}, "prod/near/c.devices"),
+        ({"prod/near/c": {"devices": ["a"], "numaNodes": ["1"]}}, "prod/near/c.numaNodes"),
+        ({"prod/near/c": {"devices": ["a"], "numa": [1]}}, "only the keys devices and numaNodes"),
+        (["prod/near/c"], "must map namespace/pod/container"),
+    ],
+)
+def test_plan_names_the_bad_devices_entry(
+    tmp_path: Path,
+    snapshot_roots: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    content: Any,
+    named: str,
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"policy": {"name": "static", "preferCloseToDevices": True}}))
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(yaml.safe_dump(nic_pod("near", "2")))
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(yaml.safe_dump(content))
+    root = str(snapshot_roots["2-socket-4-node-40-core"])
+    assert plan_command(str(cfg), root, str(pods), "json", str(devices)) == 1
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
