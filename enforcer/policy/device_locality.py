@@ -32,6 +32,17 @@ def _nodes_text(nodes: tuple[int, ...] | list[int]) -> str:
     return ("NUMA node " if len(nodes) == 1 else "NUMA nodes ") + ",".join(map(str, nodes))
 
 
+def _unknown(topology: Topology, named: str, nodes: list[int]) -> str | None:
+    """The note for devices on nodes this machine does not have; None when it has them all."""
+    unknown = [n for n in nodes if n not in topology.nodes]
+    if not unknown:
+        return None
+    return (
+        f"devices {named} are on {_nodes_text(unknown)}, which this machine does not have "
+        f"(nodes {','.join(map(str, topology.node_ids()))}): normal placement"
+    )
+
+
 def close_cpus(
     topology: Topology,
     config: PolicyConfig,
@@ -47,13 +58,8 @@ def close_cpus(
     if not request.device_nodes:
         return Closeness(None, f"devices {named} report no NUMA node: normal placement")
     nodes = sorted(set(request.device_nodes))
-    unknown = [n for n in nodes if n not in topology.nodes]
-    if unknown:
-        return Closeness(
-            None,
-            f"devices {named} are on {_nodes_text(unknown)}, which this machine does not have "
-            f"(nodes {','.join(map(str, topology.node_ids()))}): normal placement",
-        )
+    if unknown := _unknown(topology, named, nodes):
+        return Closeness(None, unknown)
     near = CPUSet()
     for node in nodes:
         near = near | topology.cpus_of_node(node)
@@ -76,11 +82,8 @@ def described(topology: Topology, request: ContainerRequest, exclusive: CPUSet) 
     nodes = sorted(set(request.device_nodes))
     if not nodes:
         return f"devices {named} report no NUMA node: normal placement"
-    if unknown := [n for n in nodes if n not in topology.nodes]:
-        return (
-            f"devices {named} are on {_nodes_text(unknown)}, which this machine does not have: "
-            "normal placement"
-        )
+    if unknown := _unknown(topology, named, nodes):
+        return unknown
     if exclusive and topology.nodes_of_cpus(exclusive) <= set(nodes):
         return f"close to devices {named} on {_nodes_text(nodes)}"
     return f"devices {named} are on {_nodes_text(nodes)}: normal placement (no room there)"

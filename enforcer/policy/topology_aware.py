@@ -517,6 +517,9 @@ class TopologyAwarePolicy(Policy):
     def _close_to_devices(self, request: ContainerRequest, need: Need) -> Admitted | None:
         """policy.preferCloseToDevices: the exclusive CPUs in the tightest pool on the devices'
         NUMA node(s) when they fit there (device_locality); None for the normal search."""
+        if not self.config.preferCloseToDevices or not request.devices:
+            self._note_devices(request.key, None)
+            return None
         root = self._pools[0]
         close = close_cpus(
             self.topology, self.config, request, self._candidates(root), need.exclusive
