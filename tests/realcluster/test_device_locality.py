@@ -41,14 +41,12 @@ def allocatable(cluster: Cluster) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def plugged(cluster: Cluster) -> Iterator[Cluster]:
-    log = open(cluster.lay.root / "fake-device-plugin.log", "ab")  # noqa: SIM115
+    log = open(cluster.lay.logs / "fake-device-plugin.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "tests.support.fake_device_plugin",
-            "--kubelet-dir",
-            str(cluster.lay.kubelet_root),
+            "tests.support.fake_device_plugin",  # kubelet's fixed device-plugins folder
             "--resource",
             f"{NIC}=nic-0:0",
             "--resource",

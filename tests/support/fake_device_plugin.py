@@ -3,13 +3,15 @@ NUMA node, so that policy.preferCloseToDevices can be tried on the real node. Ne
 wheel; its generated code is `tests/support/devicepluginapi` (tools/generate_podresources.py).
 
 For each `--resource NAME=ID:NODE[,ID:NODE...]` it serves a DevicePlugin on
-`KUBELET_DIR/device-plugins/<resource>.sock` (GetDevicePluginOptions: no pre-start, no preferred
+`PLUGIN_DIR/<resource>.sock` (GetDevicePluginOptions: no pre-start, no preferred
 allocation; ListAndWatch: the devices, healthy, each with a TopologyInfo naming its NUMA node,
 then nothing until it stops; Allocate: one environment variable per device, no device node to
-mount), then registers it with kubelet through `KUBELET_DIR/device-plugins/kubelet.sock`. It
-serves until SIGTERM or SIGINT.
+mount), then registers it with kubelet through `PLUGIN_DIR/kubelet.sock`. It serves until
+SIGTERM or SIGINT. PLUGIN_DIR is kubelet's `/var/lib/kubelet/device-plugins/` whatever its
+`--root-dir` (the device manager's path is fixed: the test node's kubelet, with a root dir of
+its own, still serves registration there), unless `--plugin-dir` says otherwise.
 
-    python -m tests.support.fake_device_plugin --kubelet-dir DIR \\
+    python -m tests.support.fake_device_plugin \\
         --resource example.com/fake-nic=nic-0:0 --resource example.com/far-nic=far-0:7
 """
 
@@ -30,6 +32,7 @@ from tests.support.devicepluginapi import deviceplugin_pb2 as pb
 from tests.support.devicepluginapi import deviceplugin_pb2_grpc as pb_grpc
 
 VERSION = "v1beta1"
+PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # kubelet's DevicePluginPath
 log = logging.getLogger("fake-device-plugin")
 
 
@@ -115,11 +118,11 @@ class FakeDevicePlugin(pb_grpc.DevicePluginServicer):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fake_device_plugin")
-    parser.add_argument("--kubelet-dir", type=Path, required=True)
+    parser.add_argument("--plugin-dir", type=Path, default=PLUGIN_DIR)
     parser.add_argument("--resource", type=parse_resource, action="append", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    folder = args.kubelet_dir / "device-plugins"
+    folder = args.plugin_dir
     plugins = [FakeDevicePlugin(folder, name, devices) for name, devices in args.resource]
     for plugin in plugins:
         plugin.start()
