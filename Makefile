@@ -51,13 +51,15 @@ bench-deps:
 bench: install bench-deps
 	$(BIN)/python -m bench
 
-# Regenerates the CRI, NRI, ttrpc and DRA (kubelet plugin, plugin registration) modules from
+# Regenerates the CRI, NRI, ttrpc, DRA (kubelet plugin, plugin registration), pod-resources and
+# (tests only) device-plugin modules from
 # proto/ with the generators in tools/ (not in the wheel); tests/test_proto.py,
 # tests/test_nri_proto.py and tests/dra/test_dra_proto.py prove the committed ones current.
 proto: install
 	$(BIN)/python -m tools.generate_cri
 	$(BIN)/python -m tools.generate_nri
 	$(BIN)/python -m tools.generate_dra
+	$(BIN)/python -m tools.generate_podresources
 
 # After `pip install -U ...` in the venv and a green `make test`: pin what it has now.
 constraints: install

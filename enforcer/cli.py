@@ -177,6 +177,13 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
         "(multi-document YAML or a kind: List)",
     )
     p.add_argument("--format", default="json", choices=["json", "table"])
+    p.add_argument(
+        "--devices",
+        default=None,
+        metavar="FILE",
+        help="namespace/pod/container -> {devices: [...], numaNodes: [...]}: the devices "
+        "kubelet would report, for policy.preferCloseToDevices",
+    )
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:
@@ -265,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plan":
         from enforcer.commands.plan import plan_command
 
-        return plan_command(args.config, args.sysfs_root, args.pods, args.format)
+        return plan_command(args.config, args.sysfs_root, args.pods, args.format, args.devices)
     from enforcer.commands.check_config import check_config
 
     return check_config(

@@ -201,6 +201,8 @@ class PolicyConfig(_Strict):
     alignBySocket: bool = False
     strictCPUReservation: bool = False
     preferAlignCPUsByUncoreCache: bool = False
+    # CPUs and memory on the NUMA node(s) of the container's devices (device plugins, DRA).
+    preferCloseToDevices: bool = False
 
     @field_validator("balloonTypes")
     @classmethod

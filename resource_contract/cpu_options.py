@@ -38,16 +38,24 @@ def kubelet_option_problems(
     policy: PolicyConfig, topology_config: NodeResourceTopologyConfig
 ) -> list[str]:
     """One `policy.KEY: reason` line per kubelet option set where it cannot be honoured."""
+    devices = (
+        [
+            f"policy.preferCloseToDevices: read by the static and topology-aware policies only, "
+            f"not by {policy.name}"
+        ]
+        if policy.preferCloseToDevices and policy.name not in _POLICIES
+        else []
+    )
     enabled = [key for key in KUBELET_OPTIONS if getattr(policy, key)]
     if not enabled:
-        return []
+        return devices
     if policy.name not in _POLICIES:
         return [
             f"policy.{key}: kubelet's {KUBELET_OPTIONS[key]} is read by the static and "
             f"topology-aware policies only, not by {policy.name}"
             + (" (a balloon type's CPUs are its own map)" if policy.name == "balloons" else "")
             for key in enabled
-        ]
+        ] + devices
     problems = [
         f"policy.{second}: cannot be used with policy.{first} (kubelet refuses "
         f"{KUBELET_OPTIONS[first]} and {KUBELET_OPTIONS[second]} together)"

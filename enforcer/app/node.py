@@ -18,6 +18,7 @@ from enforcer.app.kubelet_cpu_manager import check_kubelet_cpu_manager
 from enforcer.app.owned_state import OwnedStateStore
 from enforcer.app.watch import ConfigWatcher
 from enforcer.cluster import LastGoodStore
+from enforcer.cluster.client import in_cluster, make_api_client
 from enforcer.cluster.config_source import ClusterConfigSource
 from enforcer.controllers.base import Roots
 from enforcer.controllers.errors import ApplyError
@@ -26,6 +27,8 @@ from enforcer.engine import Enforcer
 from enforcer.engine.ports import Runtime
 from enforcer.metrics import EnforcerMetrics
 from enforcer.options import RunOptions
+from enforcer.podresources import PodResourcesClient, socket_path
+from enforcer.podresources.slices import SliceNodes
 from enforcer.state import StateStore
 from enforcer.sysfs import read_topology
 from enforcer.topology import Topology, TopologyError
@@ -63,7 +66,17 @@ def build_enforcer(
         runtime=runtime,
         metrics=metrics,
         controllers=controllers,
+        devices=device_source(options),
     )
+
+
+def device_source(options: RunOptions) -> PodResourcesClient:
+    """kubelet's pod-resources API, asked only under policy.preferCloseToDevices; DRA devices'
+    NUMA nodes from their ResourceSlices where the enforcer can reach the API server."""
+    node_of = None
+    if options.node_name and (options.kubeconfig or in_cluster()):
+        node_of = SliceNodes(lambda: make_api_client(options.kubeconfig), options.node_name)
+    return PodResourcesClient(socket_path(options.kubelet_dir), node_of=node_of)
 
 
 @dataclass

@@ -11,11 +11,12 @@ import json
 import sys
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from enforcer.commands.manifests import DRAObject, PlanInputError, Pod, load_manifests
 from enforcer.commands.plan_claims import ClaimPlanner, ContainerClaims
+from enforcer.commands.plan_devices import load_devices
 from enforcer.configuration import load_config
 from enforcer.decode import (
     ContainerCreate,
@@ -28,6 +29,7 @@ from enforcer.decode.kubelet import cgroup_parent_for, resources_for
 from enforcer.dra.cpu_details import read_cpu_details
 from enforcer.dra.devices import CPUDetails
 from enforcer.engine import claimed, views_of
+from enforcer.engine.model import DeviceFacts
 from enforcer.engine.shared import class_settings
 from enforcer.policy import Placement, PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
@@ -77,7 +79,11 @@ def _admitted_manifest(pod: Pod, config: Config) -> dict[str, Any]:
 
 
 def _place_pod(
-    pod: Pod, config: Config, policy: Policy, claims: ClaimPlanner | None = None
+    pod: Pod,
+    config: Config,
+    policy: Policy,
+    claims: ClaimPlanner | None = None,
+    devices: Mapping[str, DeviceFacts] | None = None,
 ) -> list[_Planned]:
     meta = pod["metadata"]
     namespace = meta.get("namespace", "default")
@@ -123,6 +129,10 @@ def _place_pod(
             p.error = str(exc)
             continue
         p.rdt_class, p.blockio_class = request.rdt_class, request.blockio_class
+        facts = (devices or {}).get(f"{namespace}/{meta['name']}/{container['name']}")
+        if facts is not None and config.policy.preferCloseToDevices:
+            # As the engine does with what kubelet's pod-resources API reports.
+            request = replace(request, devices=facts.devices, device_nodes=facts.nodes)
         try:
             policy.admit(request)
         except PlacementError as exc:
@@ -145,10 +155,12 @@ def plan(
     pods: Iterable[Pod | DRAObject],
     claim_rows: list[dict] | None = None,
     cpu_details: Mapping[int, CPUDetails] | None = None,
+    devices: Mapping[str, DeviceFacts] | None = None,
 ) -> tuple[Policy, list[dict]]:
     """The policy after every pod was admitted in order, and one row per container. DRA
     objects among the pods are simulated in order (plan_claims); one row per claim is
-    appended to `claim_rows` when it is given."""
+    appended to `claim_rows` when it is given. `devices`: namespace/pod/container -> the
+    devices kubelet would report for it (plan_devices)."""
     policy = make_policy(topology, config.policy)
     entries = list(pods)
     objects = [e for e in entries if isinstance(e, DRAObject)]
@@ -159,7 +171,7 @@ def plan(
         if isinstance(entry, DRAObject):
             claims.standalone(entry)
         else:
-            planned.extend(_place_pod(entry, config, policy, claims))
+            planned.extend(_place_pod(entry, config, policy, claims, devices))
     if claim_rows is not None:
         claim_rows.extend(claims.rows())
     all_mems = CPUSet(n.id for n in topology.nodes.values() if n.memory_bytes or n.cpus)
@@ -169,9 +181,10 @@ def plan(
         placement = p.finished
         if placement is None and p.request is not None:
             placement = policy.placement(p.request.key)
-        rows.append(
-            _row(p, placement, topology.online, all_mems, policy.name == "balloons", cpu_classes)
-        )
+        row = _row(p, placement, topology.online, all_mems, policy.name == "balloons", cpu_classes)
+        if p.request is not None and config.policy.preferCloseToDevices:
+            row["devices"] = policy.device_note(p.request.key)
+        rows.append(row)
     return policy, rows
 
 
@@ -236,14 +249,17 @@ def _one_class(cpus: CPUSet, cpu_classes: dict[int, str]) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) -> int:
+def plan_command(
+    config_path: str, sysfs_root: str, pods_path: str, fmt: str, devices_path: str | None = None
+) -> int:
     try:
         config = load_config(config_path)
         topology = read_topology(sysfs_root)
         manifests = load_manifests(pods_path)
+        reported = load_devices(devices_path) if devices_path else None
         claim_rows: list[dict] = []
         details = read_cpu_details(topology, sysfs_root) if manifests.dra else None
-        policy, rows = plan(config, topology, manifests.entries, claim_rows, details)
+        policy, rows = plan(config, topology, manifests.entries, claim_rows, details, reported)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{config_path}: {problem}", file=sys.stderr)
@@ -258,9 +274,11 @@ def plan_command(config_path: str, sysfs_root: str, pods_path: str, fmt: str) ->
         return code
     print(placements_report(topology, policy, views_of(policy, {})))
     for key, admitted in policy.admitted.items():
+        req = admitted.request
         if ignored := policy.cpu_class_ignored(key):
-            req = admitted.request
             print(f"NOTE {req.namespace}/{req.pod_name}/{req.container}: {ignored}")
+        if note := policy.device_note(key):
+            print(f"DEVICES {req.namespace}/{req.pod_name}/{req.container}: {note}")
     for r in rows:
         if r["error"]:
             print(f"NOT PLACED {r['namespace']}/{r['pod']}/{r['container']}: {r['error']}")

@@ -214,6 +214,7 @@ def _container(r: ContainerView) -> dict[str, Any]:
         "rdtClass": r.rdt_class,
         "blockioClass": r.blockio_class,
         "cpuClass": r.cpu_class,
+        "devices": r.devices,
         "phase": r.phase or None,
         "problem": r.problem,
     }

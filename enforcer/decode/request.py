@@ -140,6 +140,11 @@ class ContainerRequest:
     # The scheduling and memory classes its annotations ask for (a balloon type's otherwise).
     scheduling_class: str | None = None
     memory_class: str | None = None
+    # Its devices (device plugins' "resource=id", DRA's "driver/pool/device") and their NUMA
+    # nodes, read from kubelet's pod-resources API by the shell before the decision
+    # (enforcer.podresources); policy.preferCloseToDevices places it on those nodes.
+    devices: tuple[str, ...] = ()
+    device_nodes: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -492,5 +497,7 @@ def decode_container(
         pod_share_milli=by_pod.share_milli if by_pod else 0,
         scheduling_class=sched,
         memory_class=memory,
+        devices=(),  # read from kubelet by the shell (enforcer.podresources), not decoded
+        device_nodes=(),
         **numbers,
     )

@@ -79,6 +79,10 @@ class Admission:
             placement.mems,
             wanted.source,
         )
+        if note := s.policy.device_note(wanted.key):
+            log.info(
+                "%s/%s container %s: %s", wanted.namespace, wanted.pod_name, wanted.container, note
+            )
         if ignored := s.policy.cpu_class_ignored(wanted.key):
             log.warning(
                 "%s/%s container %s: %s",

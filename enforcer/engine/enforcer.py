@@ -34,7 +34,7 @@ from enforcer.engine import claims_held, restore
 from enforcer.engine.admission import Admission
 from enforcer.engine.lifecycle import Lifecycle
 from enforcer.engine.model import Entry, LiveContainer, Pinning, Recorded
-from enforcer.engine.ports import Runtime
+from enforcer.engine.ports import DeviceSource, Runtime
 from enforcer.engine.reconcile import Reconciler
 from enforcer.engine.reconfigure import reconfigure
 from enforcer.engine.registry import ContainerView, Registry
@@ -63,6 +63,7 @@ class Enforcer:
         metrics: EnforcerMetrics | None = None,
         controllers: Controllers | None = None,
         clock: Callable[[], float] = time.monotonic,
+        devices: DeviceSource | None = None,
     ) -> None:
         s = Shared(
             topology=topology,
@@ -72,6 +73,7 @@ class Enforcer:
             metrics=metrics,
             controllers=controllers,
             clock=clock,
+            devices=devices,
         )
         self._s = s
         self.worker_thread = WorkerThread()

@@ -11,6 +11,15 @@ from typing import Any
 from enforcer.decode import ContainerCreate
 
 
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The devices kubelet gave one container, as `ContainerRequest.devices`/`device_nodes`
+    take them: names, and the NUMA nodes they report (none when they report none)."""
+
+    devices: tuple[str, ...] = ()
+    nodes: tuple[int, ...] = ()
+
+
 class Phase(enum.Enum):
     """Where a container is in its life, as far as the enforcer knows."""
 

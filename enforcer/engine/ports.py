@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from enforcer.engine.model import LiveContainer, Pinning, Recorded
+from enforcer.engine.model import DeviceFacts, LiveContainer, Pinning, Recorded
 
 
 class RuntimeAway(Exception):
@@ -24,6 +24,13 @@ class ContainerMissing(Exception):
 class RecordUnusable(RuntimeError):
     """The transport cannot send its saved record of kubelet's resources for a container (a
     damaged saved state): the engine takes the runtime's own record (`recorded`) instead."""
+
+
+class DeviceSource(Protocol):
+    def devices_of(self, namespace: str, pod: str, container: str) -> DeviceFacts | None:
+        """The devices kubelet gave a container and their NUMA nodes; None when kubelet could
+        not be asked (the source logs why): the decision is then made without them."""
+        ...
 
 
 class Runtime(Protocol):

@@ -60,6 +60,7 @@ class ContainerView:
     phase: str = ""
     problem: str | None = None
     cpu_class: str | None = None  # the CPU class its exclusive CPUs are in (its annotation's)
+    devices: str | None = None  # how policy.preferCloseToDevices placed it, or why it did not
 
 
 class Registry:
@@ -469,6 +470,7 @@ def views_of(policy: Policy, entries: Mapping[str, Entry]) -> list[ContainerView
                 rdt_class=req.rdt_class,
                 blockio_class=req.blockio_class,
                 cpu_class=req.cpu_class if policy.cpu_class_ignored(key) is None else None,
+                devices=policy.device_note(key),
                 phase=entry.phase.value if entry else "",
                 problem="; ".join(
                     p for p in (entry.unplaced, entry.stuck, entry.demoted, entry.problem) if p

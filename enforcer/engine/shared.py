@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from enforcer.controllers.base import Outcome, Result, Target
@@ -24,7 +25,7 @@ from enforcer.decode import (
 )
 from enforcer.engine import claimed
 from enforcer.engine.model import Entry, Pinning
-from enforcer.engine.ports import Runtime
+from enforcer.engine.ports import DeviceSource, Runtime
 from enforcer.engine.registry import Registry
 from enforcer.engine.stopped import StoppedContainers
 from enforcer.metrics import EnforcerMetrics
@@ -74,8 +75,10 @@ class Shared:
         metrics: EnforcerMetrics | None = None,
         controllers: Controllers | None = None,
         clock: Callable[[], float] = time.monotonic,
+        devices: DeviceSource | None = None,
     ) -> None:
         self.topology = topology
+        self.devices = devices  # kubelet's pod-resources API, read for preferCloseToDevices
         self.config = config
         # Values a controller read to be put back later, not yet in the state file.
         self.originals_unsaved = False
@@ -170,7 +173,22 @@ class Shared:
         wanted = claimed.for_container(self.policy, create, wanted)
         if self.controllers is not None:
             wanted = self.controllers.admit(wanted)
-        return wanted
+        return self._with_devices(wanted)
+
+    def _with_devices(self, wanted: ContainerRequest) -> ContainerRequest:
+        """policy.preferCloseToDevices: the devices kubelet gave a container that could have
+        CPUs of its own, read before the decision (kubelet not answering: none, logged)."""
+        if (
+            self.devices is None
+            or not self.config.policy.preferCloseToDevices
+            or not wanted.exclusive_eligible
+            or not wanted.exclusive_cpus
+        ):
+            return wanted
+        facts = self.devices.devices_of(wanted.namespace, wanted.pod_name, wanted.container)
+        if facts is None or not facts.devices:
+            return wanted
+        return replace(wanted, devices=facts.devices, device_nodes=facts.nodes)
 
     # -- views of a container ------------------------------------------------------------------
 

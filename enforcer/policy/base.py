@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from enforcer.cpuallocator import NotEnoughCPUs, allocate_cpus
 from enforcer.decode import ContainerRequest
+from enforcer.policy.device_locality import described
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
@@ -142,6 +143,8 @@ class Policy(ABC):
         self.config = config
         self.available, self.reserved = resolve_cpu_sets(topology, config)
         self._admitted = AdmittedMap()
+        # Admitted key -> how policy.preferCloseToDevices placed it (device_locality).
+        self._device_notes: dict[str, str] = {}
 
     @property
     def admitted(self) -> dict[str, Admitted]:
@@ -204,6 +207,26 @@ class Policy(ABC):
             f"CPU class {entry.request.cpu_class} is not applied: the {self.name} policy does "
             "not read cpuclass annotations (only topology-aware does, for exclusive CPUs)"
         )
+
+    def device_note(self, key: str) -> str | None:
+        """How policy.preferCloseToDevices placed an admitted container: close to its
+        devices, or why not; None when it did not apply."""
+        entry = self.admitted.get(key)
+        if entry is None or not self.config.preferCloseToDevices or not entry.exclusive:
+            return None
+        return self._device_notes.get(key) or described(
+            self.topology, entry.request, entry.exclusive
+        )
+
+    def _note_devices(self, key: str, note: str | None) -> None:
+        if note is None:
+            self._device_notes.pop(key, None)
+            return
+        self._device_notes[key] = note
+        if len(self._device_notes) > 2 * len(self.admitted) + 64:  # released keys' notes
+            self._device_notes = {
+                k: v for k, v in self._device_notes.items() if k in self.admitted or k == key
+            }
 
     @property
     def taken(self) -> CPUSet:

@@ -54,6 +54,8 @@ class Admitted:
             "kubelet_mems": str(self.request.kubelet_mems),
             "affinity": terms_to_data(self.request.affinity),
             "labels": [list(pair) for pair in self.request.labels],
+            "devices": list(self.request.devices),
+            "device_nodes": list(self.request.device_nodes),
         }
         return {
             "request": request,
@@ -77,6 +79,13 @@ class Admitted:
         ):
             raise ValueError(f"labels is {labels!r}, not a list of [name, value] string pairs")
         req["labels"] = tuple((name, value) for name, value in labels)
+        devices = _saved(req, "devices", list, [])
+        nodes = _saved(req, "device_nodes", list, [])
+        if not all(isinstance(d, str) for d in devices):
+            raise ValueError(f"devices is {devices!r}, not a list of strings")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
+            raise ValueError(f"device_nodes is {nodes!r}, not a list of NUMA node numbers")
+        req["devices"], req["device_nodes"] = tuple(devices), tuple(nodes)
         return cls(
             request=ContainerRequest(**req),
             kind=data["kind"],

@@ -10,9 +10,12 @@ exclusive CPUs as kubelet's do.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from enforcer.cpuallocator import NotEnoughCPUs, SMTAlignmentError, take_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy.base import Policy
+from enforcer.policy.device_locality import close_cpus, device_mems
 from enforcer.policy.kubelet_options import (
     check_machine,
     cpu_options,
@@ -82,6 +85,15 @@ class StaticPolicy(Policy):
         for wanted in (keep, previous.exclusive if previous else None):
             if wanted and len(wanted) == count and wanted <= free:
                 return wanted
+        close = close_cpus(self.topology, self.config, request, free, count)
+        if close.cpus is not None:
+            try:
+                taken = take_cpus(self.topology, close.cpus, count, self.cpu_options)
+                self._note_devices(request.key, close.note)
+                return taken
+            except (NotEnoughCPUs, SMTAlignmentError) as exc:
+                close = replace(close, note=f"{close.note}: not under the options ({exc})")
+        self._note_devices(request.key, close.note)
         try:
             return take_cpus(self.topology, free, count, self.cpu_options)
         except SMTAlignmentError as exc:
@@ -118,7 +130,8 @@ class StaticPolicy(Policy):
             cpus = self.preserved_cpus(entry.request)
             return Placement(cpus, None, CPUSet(), "preserved", "none")
         if entry.kind == "exclusive":
-            return Placement(entry.exclusive, None, entry.exclusive, "exclusive", "exclusive")
+            mems = device_mems(self.topology, self.config, entry.request, entry.exclusive)
+            return Placement(entry.exclusive, mems, entry.exclusive, "exclusive", "exclusive")
         if entry.kind == "held":
             return Placement(entry.exclusive, None, entry.exclusive, "held", entry.pool)
         return Placement(self._shared_for(entry.request), None, CPUSet(), "shared", "shared")

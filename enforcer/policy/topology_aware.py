@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from enforcer.cpuallocator import (
+    NotEnoughCPUs,
     SMTAlignmentError,
     allocate_cpus,
     cpus_per_core,
@@ -59,6 +60,7 @@ from enforcer.cpuallocator import (
 from enforcer.decode import ContainerRequest
 from enforcer.policy import kubelet_options as kopts
 from enforcer.policy.base import Policy
+from enforcer.policy.device_locality import close_cpus
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
 from enforcer.policy.pool_math import closeness, format_bytes, split_memory, whole_cores_count
 from enforcer.topology import CPUSet, Topology
@@ -496,6 +498,8 @@ class TopologyAwarePolicy(Policy):
                 pool, cpus = found
                 return self._entry(request, need, pool, cpus)
         if need.exclusive:
+            if (near := self._close_to_devices(request, need)) is not None:
+                return near
             try:
                 found = self._search_exclusive(need, siblings)
                 if found is not None:
@@ -509,6 +513,33 @@ class TopologyAwarePolicy(Policy):
             if shared is not None:
                 return self._entry(request, need, shared, _EMPTY)
         raise self._refusal(request, need)
+
+    def _close_to_devices(self, request: ContainerRequest, need: Need) -> Admitted | None:
+        """policy.preferCloseToDevices: the exclusive CPUs in the tightest pool on the devices'
+        NUMA node(s) when they fit there (device_locality); None for the normal search."""
+        if not self.config.preferCloseToDevices or not request.devices:
+            self._note_devices(request.key, None)
+            return None
+        root = self._pools[0]
+        close = close_cpus(
+            self.topology, self.config, request, self._candidates(root), need.exclusive
+        )
+        self._note_devices(request.key, close.note)
+        pool = self._tightest(close.cpus) if close.cpus is not None else None
+        if pool is None or close.cpus is None:
+            return None
+        try:
+            cpus = take_cpus(
+                self.topology, self._candidates(pool) & close.cpus, need.exclusive, self.cpu_options
+            )
+        except (NotEnoughCPUs, SMTAlignmentError) as exc:
+            cpus, why = _EMPTY, str(exc)
+        else:
+            why = "it would break another container's grant or memory"
+        if cpus and self._valid(pool, need, cpus):
+            return self._entry(request, need, pool, cpus)
+        self._note_devices(request.key, f"{close.note}: not there ({why}): normal placement")
+        return None
 
     def _search_isolated(
         self, need: Need, siblings: Sequence[tuple[int, int]]
