@@ -11,11 +11,11 @@ from fnmatch import fnmatchcase
 
 from enforcer.policy.model import PlacementError
 from enforcer.topology import CPUSet
-from resource_contract.config import (
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import (
     DEFAULT_BALLOON,
     RESERVED_BALLOON,
     BalloonType,
-    ConfigError,
     PolicyConfig,
 )
 

@@ -53,11 +53,11 @@ from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import (
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import (
     DEFAULT_BALLOON,
     RESERVED_BALLOON,
     BalloonType,
-    ConfigError,
     PolicyConfig,
 )
 

@@ -11,7 +11,7 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy import kubelet_options as kopts
 from enforcer.policy.pool_math import format_bytes
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 Kind = Literal["preserved", "reserved", "exclusive", "mixed", "shared"]
 

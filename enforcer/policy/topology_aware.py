@@ -46,7 +46,7 @@ from enforcer.policy.pool_ledger import PoolLedger
 from enforcer.policy.pool_math import closeness, format_bytes, whole_cores_count
 from enforcer.policy.pool_tree import Pool, build_pool_tree
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 _EMPTY = CPUSet()
 

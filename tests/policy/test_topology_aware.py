@@ -22,7 +22,7 @@ from enforcer.policy import PlacementError, TopologyAwarePolicy, make_policy
 from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 MACHINE = Topology.synthetic(sockets=2, nodes_per_die=2, cores_per_node=2)
 GiB = 1 << 30
