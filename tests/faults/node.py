@@ -36,14 +36,8 @@ from enforcer.cri import api_pb2
 from tests.faults.figures import KindFigures
 from tests.faults.truth import FAST_RECONNECT
 from tests.support.containerd import stuck_task
-from tests.support.kubelet import (
-    BEST_EFFORT,
-    BURSTABLE,
-    GUARANTEED,
-    KubeletEmulator,
-    RunningPod,
-    remove_pod_cgroups,
-)
+from tests.support.kubelet import KubeletEmulator, RunningPod, remove_pod_cgroups
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 from tests.support.pods import guaranteed, manifest, sleeper
 
 T = TypeVar("T")

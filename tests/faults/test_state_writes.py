@@ -16,7 +16,7 @@ from tests.faults.figures import OTHER
 from tests.faults.node import Reaction
 from tests.faults.settings import count_id, fault_count
 from tests.faults.state_dir import TmpfsStateDir
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "state-write"
 FULL = "file system full"

@@ -25,7 +25,7 @@ from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Policy, build_annotation
 from resource_contract.policy_config import PolicyConfig
 from resource_contract.qos import qos_class
-from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.kubelet_sends import container_config_for, sandbox_config_for
 from tests.unit.test_pod_level_qos import TABLE, spec_of
 
 UID = "0b5c9c5e-2222-4a4a-9c9c-123456789abc"
