@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
-from tests.faults.node import Reaction
+from tests.faults.cri_calls import Reaction
 from tests.faults.settings import count_id, fault_count
 from tests.support.kubelet import RunningPod
 from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED

@@ -33,8 +33,8 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
+from tests.faults.cri_calls import Reaction
 from tests.faults.env import FaultEnv
-from tests.faults.node import Reaction
 from tests.faults.settings import count_id, fault_count
 from tests.support.kubelet import RunningPod
 from tests.support.kubelet_sends import GUARANTEED
