@@ -46,7 +46,7 @@ from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, make_policy
 from enforcer.sysfs import read_topology
 from enforcer.topology import Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 from tests.support.snapshots import SNAPSHOTS, extract_snapshots
 
 GiB = 1 << 30

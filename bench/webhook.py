@@ -21,514 +21,36 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
-import signal
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.webhook_clients import (
+    WRK_LUA,
+    WRK_LUA_DISTINCT,
+    Run,
+    closed_loop,
+    open_loop,
+    request_bytes,
+    summary_of,
+    wrk_run,
+)
+from bench.webhook_review import (
+    MEMORY_MARK,
+    UID_MARK,
+    distinct_body,
+    distinct_template,
+    sample_review,
+)
+from bench.webhook_servers import peak_rss_mib, serve_bare, start_server
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-# --- the request ------------------------------------------------------------------------------
-
-
-def sample_review(uid: str = "0f5d4b9e-7d5b-4b6e-9a51-3c1f2d8e6a70") -> dict[str, Any]:
-    """A CREATE of a Deployment's pod as the API server sends it (managedFields included):
-    an init container, the app, a sidecar, a pod-level RDT class request."""
-    container_fields = {
-        "f:image": {},
-        "f:imagePullPolicy": {},
-        "f:name": {},
-        "f:resources": {".": {}, "f:limits": {".": {}, "f:cpu": {}, "f:memory": {}}},
-        "f:terminationMessagePath": {},
-        "f:terminationMessagePolicy": {},
-    }
-    pod = {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {
-            "generateName": "shop-web-7d4b9c8f6d-",
-            "namespace": "shop",
-            "creationTimestamp": None,
-            "labels": {"app": "shop-web", "pod-template-hash": "7d4b9c8f6d", "tier": "frontend"},
-            "annotations": {
-                "rdtclass.resource-enforcer.dev/pod": "gold",
-                "kubectl.kubernetes.io/restartedAt": "2026-11-20T10:00:00Z",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "shop-web-7d4b9c8f6d",
-                    "uid": "4c0a9a3e-96a7-4d38-8a9f-7b8f1f2f9c11",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "managedFields": [
-                {
-                    "manager": "kube-controller-manager",
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "time": "2026-11-20T10:00:01Z",
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": {
-                        "f:metadata": {
-                            "f:generateName": {},
-                            "f:labels": {".": {}, "f:app": {}, "f:pod-template-hash": {}},
-                            "f:ownerReferences": {".": {}, 'k:{"uid":"4c0a9a3e"}': {}},
-                        },
-                        "f:spec": {
-                            "f:containers": {
-                                'k:{"name":"app"}': container_fields,
-                                'k:{"name":"envoy"}': container_fields,
-                            },
-                            "f:initContainers": {'k:{"name":"migrate"}': container_fields},
-                            "f:dnsPolicy": {},
-                            "f:restartPolicy": {},
-                        },
-                    },
-                }
-            ],
-        },
-        "spec": {
-            "volumes": [
-                {
-                    "name": "kube-api-access-8xk2p",
-                    "projected": {
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {
-                                "configMap": {
-                                    "name": "kube-root-ca.crt",
-                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                                }
-                            },
-                        ],
-                        "defaultMode": 420,
-                    },
-                }
-            ],
-            "initContainers": [
-                {
-                    "name": "migrate",
-                    "image": "registry.example/shop/migrate:1.4.2",
-                    "command": ["/migrate", "--wait"],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                    "imagePullPolicy": "IfNotPresent",
-                }
-            ],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.example/shop/web:1.4.2",
-                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-                    "env": [{"name": "GOMAXPROCS", "value": "2"}],
-                    "resources": {
-                        "requests": {"cpu": "2", "memory": "1Gi"},
-                        "limits": {"cpu": "2", "memory": "1Gi"},
-                    },
-                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                    "imagePullPolicy": "IfNotPresent",
-                },
-                {
-                    "name": "envoy",
-                    "image": "registry.example/envoy:1.29",
-                    "resources": {
-                        "requests": {"cpu": "250m", "memory": "128Mi"},
-                        "limits": {"cpu": "500m", "memory": "256Mi"},
-                    },
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                    "imagePullPolicy": "IfNotPresent",
-                },
-            ],
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default",
-            "securityContext": {},
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-            ],
-            "priority": 0,
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
-        },
-        "status": {},
-    }
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "shop",
-            "operation": "CREATE",
-            "userInfo": {
-                "username": "system:serviceaccount:kube-system:replicaset-controller",
-                "uid": "8d3c1a60-2a57-4b8e-b6a0-61f1c3c1d9a2",
-                "groups": [
-                    "system:serviceaccounts",
-                    "system:serviceaccounts:kube-system",
-                    "system:authenticated",
-                ],
-            },
-            "object": pod,
-            "oldObject": None,
-            "dryRun": False,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
-
-
-UID_MARK, MEMORY_MARK = "@UID@", "@MEM@"
-
-
-def distinct_template() -> bytes:
-    """The sample review with marks where each request gets its own uid and its own memory
-    size for the app container (request = limit): every review is a pod the webhook has not
-    seen, so no memoized annotation or patch answers it."""
-    r = sample_review(uid=UID_MARK)
-    app = r["request"]["object"]["spec"]["containers"][0]["resources"]
-    app["requests"]["memory"] = app["limits"]["memory"] = MEMORY_MARK
-    return json.dumps(r, separators=(",", ":")).encode()
-
-
-def distinct_body(template: bytes, n: int) -> bytes:
-    """The n-th distinct review, as the wrk script below makes it."""
-    uid = f"{n:08x}-0000-4000-8000-{n:012x}"
-    return template.replace(UID_MARK.encode(), uid.encode()).replace(
-        MEMORY_MARK.encode(), f"{1048576 + n}Ki".encode()
-    )
-
-
-# --- the bare app -----------------------------------------------------------------------------
-
-
-def bare_app(answer: bytes) -> Any:
-    """An ASGI app that reads the request body and answers `answer`: the floor the webhook
-    is measured against."""
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(answer)).encode()),
-    ]
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
-            return
-        more = True
-        while more:
-            message = await receive()
-            more = message.get("more_body", False)
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
-
-    return app
-
-
-def serve_bare(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.webhook serve-bare")
-    parser.add_argument("--tls-cert", required=True)
-    parser.add_argument("--tls-key", required=True)
-    parser.add_argument("--answer", required=True, help="file with the response body")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args(argv)
-    from webhook.logs import setup_logging
-    from webhook.server import bind, run
-    from webhook.tls import ReloadingTLS
-
-    setup_logging("info")
-    app = bare_app(Path(args.answer).read_bytes())
-    run(app, bind(args.host, args.port), ReloadingTLS(args.tls_cert, args.tls_key))
-    return 0
-
-
-# --- servers ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    name: str
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def _pin(cpu: int | None) -> Any:
-    if cpu is None:
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
-
-
-def start_server(name: str, cmd: list[str], log: Path, cpu: int | None) -> Server:
-    out = log.open("wb")
-    process = subprocess.Popen(cmd, stdout=out, stderr=out, preexec_fn=_pin(cpu))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{name} exited {process.returncode}:\n{log.read_text()}")
-        match = re.search(r'"msg": "serving".*?"port": (\d+)', log.read_text())
-        if match and "startup complete" in log.read_text():
-            return Server(name, process, int(match.group(1)), log)
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"{name} did not start:\n{log.read_text()}")
-
-
-# --- clients ----------------------------------------------------------------------------------
-
-
-def _request_bytes(body: bytes) -> bytes:
-    head = (
-        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-class Connection:
-    """One keep-alive HTTPS connection, as lean as a client can be in Python."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int, ctx: ssl.SSLContext) -> Connection:
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
-        )
-        return cls(reader, writer)
-
-    async def call(self, raw: bytes) -> int:
-        self.writer.write(raw)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        match = re.search(rb"(?i)content-length: *(\d+)", head)
-        await self.reader.readexactly(int(match.group(1)) if match else 0)
-        return status
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-@dataclass
-class Run:
-    server: str
-    client: str
-    requests: int
-    seconds: float
-    rps: float
-    p50_ms: float
-    p99_ms: float
-    max_ms: float | None = None
-    errors: int = 0
-    cpu_us_per_request: float | None = None
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values)) - 1))
-    return sorted_values[index]
-
-
-async def _closed_loop(
-    port: int, ctx: ssl.SSLContext, raw: bytes, concurrency: int, seconds: float
-) -> tuple[list[float], int, float]:
-    connections = [await Connection.open(port, ctx) for _ in range(concurrency)]
-    latencies: list[float] = []
-    errors = 0
-    start = time.perf_counter()
-    deadline = start + seconds
-
-    async def worker(conn: Connection) -> None:
-        nonlocal errors
-        while (now := time.perf_counter()) < deadline:
-            status = await conn.call(raw)
-            latencies.append(time.perf_counter() - now)
-            errors += status != 200
-
-    await asyncio.gather(*(worker(c) for c in connections))
-    elapsed = time.perf_counter() - start
-    for c in connections:
-        c.close()
-    return latencies, errors, elapsed
-
-
-async def _open_loop(
-    port: int,
-    ctx: ssl.SSLContext,
-    raw: bytes | list[bytes],
-    rate: float,
-    seconds: float,
-    connections: int,
-) -> tuple[list[float], int, float]:
-    """`raw`: one request, or a list of them sent in turn."""
-    bodies = [raw] if isinstance(raw, bytes) else raw
-    pool = [await Connection.open(port, ctx) for _ in range(connections)]
-    due: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-    latencies: list[float] = []
-    errors = 0
-
-    async def worker(conn: Connection) -> None:
-        nonlocal errors
-        while (item := await due.get()) is not None:
-            when, request = item
-            status = await conn.call(request)
-            latencies.append(time.perf_counter() - when)
-            errors += status != 200
-
-    workers = [asyncio.create_task(worker(c)) for c in pool]
-    total = int(rate * seconds)
-    start = time.perf_counter() + 0.05
-    for i in range(total):
-        when = start + i / rate
-        delay = when - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        due.put_nowait((when, bodies[i % len(bodies)]))
-    for _ in pool:
-        due.put_nowait(None)
-    await asyncio.gather(*workers)
-    elapsed = time.perf_counter() - start
-    for c in pool:
-        c.close()
-    return latencies, errors, elapsed
-
-
-def _summary(server: str, client: str, latencies: list[float], errors: int, elapsed: float) -> Run:
-    values = sorted(latencies)
-    return Run(
-        server=server,
-        client=client,
-        requests=len(values),
-        seconds=round(elapsed, 3),
-        rps=round(len(values) / elapsed, 1),
-        p50_ms=round(_percentile(values, 0.50) * 1000, 3),
-        p99_ms=round(_percentile(values, 0.99) * 1000, 3),
-        max_ms=round(values[-1] * 1000, 3) if values else None,
-        errors=errors,
-    )
-
-
-_WRK_LUA = """wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = assert(io.open("{body}", "rb"))
-wrk.body = f:read("*a")
-f:close()
-"""
-
-# A distinct pod in every request, as bench.webhook.distinct_body makes them.
-_WRK_LUA_DISTINCT = """wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = assert(io.open("{template}", "rb"))
-local template = f:read("*a")
-f:close()
-local n = {start}
-request = function()
-  n = n + 1
-  local uid = string.format("%08x-0000-4000-8000-%012x", n, n)
-  local body = template:gsub("{uid}", uid):gsub("{memory}", tostring(1048576 + n) .. "Ki")
-  return wrk.format(nil, nil, nil, body)
-end
-"""
-
-
-def _wrk_ms(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
-    return round(float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit], 6)
-
-
-def parse_wrk(output: str) -> dict[str, float]:
-    """requests, seconds, rps, p50_ms, p99_ms and errors from `wrk --latency` output."""
-    found = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)", output)
-    if not found:
-        raise ValueError(f"unexpected wrk output:\n{output}")
-    seconds = float(found.group(2)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[found.group(3)]
-    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+(?:us|ms|s|m))\s*$", output, re.M))
-    errors = 0
-    for pattern in (r"Non-2xx or 3xx responses: (\d+)", r"Socket errors: (.*)"):
-        m = re.search(pattern, output)
-        if m:
-            errors += sum(int(n) for n in re.findall(r"\d+", m.group(1)))
-    return {
-        "requests": int(found.group(1)),
-        "seconds": seconds,
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
-        "p50_ms": _wrk_ms(latency["50"]),
-        "p99_ms": _wrk_ms(latency["99"]),
-        "errors": errors,
-    }
-
-
-def _wrk(server: Server, lua: Path, concurrency: int, seconds: float, cpu: int | None) -> Run:
-    cmd = [
-        "wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency",
-        "-s", str(lua), f"https://127.0.0.1:{server.port}/mutate",
-    ]  # fmt: skip
-    output = subprocess.run(
-        cmd,
-        check=True,
-        capture_output=True,
-        text=True,
-        preexec_fn=_pin(cpu),
-    ).stdout
-    figures = parse_wrk(output)
-    return Run(
-        server=server.name,
-        client="wrk",
-        requests=int(figures["requests"]),
-        seconds=figures["seconds"],
-        rps=figures["rps"],
-        p50_ms=figures["p50_ms"],
-        p99_ms=figures["p99_ms"],
-        errors=int(figures["errors"]),
-    )
 
 
 # --- the benchmark ----------------------------------------------------------------------------
@@ -650,17 +172,6 @@ def _print(report: Report) -> None:
     print(f"  webhook p99 at {report.rate:g} req/s: {p99} ms  (goal <= 10 ms)")
 
 
-def peak_rss_mib(pid: int) -> float | None:
-    """VmHWM: the most resident memory the process has had."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
-
-
 def main(argv: Sequence[str] = ()) -> int:
     if argv and argv[0] == "serve-bare":
         return serve_bare(argv[1:])
@@ -738,14 +249,14 @@ def main(argv: Sequence[str] = ()) -> int:
         ]
         ctx = ssl.create_default_context(cafile=str(certs.ca_crt))
         if args.same_pod:
-            requests = [_request_bytes(body)]
+            requests = [request_bytes(body)]
         else:
-            requests = [_request_bytes(distinct_body(template, n)) for n in range(1, 4001)]
+            requests = [request_bytes(distinct_body(template, n)) for n in range(1, 4001)]
         if client_cpu is not None:
             os.sched_setaffinity(0, {client_cpu})
         try:
             for server in servers:  # all answer, and are warm
-                got = asyncio.run(_closed_loop(server.port, ctx, requests[0], 4, 1.0))
+                got = asyncio.run(closed_loop(server.port, ctx, requests[0], 4, 1.0))
                 if got[1]:
                     raise RuntimeError(f"{server.name} answered errors; see {server.log}")
             start = 10_000
@@ -753,10 +264,10 @@ def main(argv: Sequence[str] = ()) -> int:
                 for server in servers:
                     lua = work / f"post-{start}.lua"
                     if args.same_pod:
-                        lua.write_text(_WRK_LUA.format(body=work / "body.json"))
+                        lua.write_text(WRK_LUA.format(body=work / "body.json"))
                     else:
                         lua.write_text(
-                            _WRK_LUA_DISTINCT.replace("{template}", str(work / "template.json"))
+                            WRK_LUA_DISTINCT.replace("{template}", str(work / "template.json"))
                             .replace("{start}", str(start))
                             .replace("{uid}", UID_MARK)
                             .replace("{memory}", MEMORY_MARK)
@@ -764,22 +275,22 @@ def main(argv: Sequence[str] = ()) -> int:
                     start += 10_000_000  # pods never repeat, across rounds and servers
                     cpu0 = server.cpu_seconds()
                     if client == "wrk":
-                        run = _wrk(server, lua, args.concurrency, args.seconds, client_cpu)
+                        run = wrk_run(server, lua, args.concurrency, args.seconds, client_cpu)
                     else:
                         lat, errors, elapsed = asyncio.run(
-                            _closed_loop(
+                            closed_loop(
                                 server.port, ctx, requests[0], args.concurrency, args.seconds
                             )
                         )
-                        run = _summary(server.name, "python", lat, errors, elapsed)
+                        run = summary_of(server.name, "python", lat, errors, elapsed)
                     used = server.cpu_seconds() - cpu0
                     run.cpu_us_per_request = round(used / max(run.requests, 1) * 1e6, 1)
                     report.closed_loop.append(run)
             for server in servers:
                 lat, errors, elapsed = asyncio.run(
-                    _open_loop(server.port, ctx, requests, args.rate, args.rate_seconds, 8)
+                    open_loop(server.port, ctx, requests, args.rate, args.rate_seconds, 8)
                 )
-                report.open_loop.append(_summary(server.name, "python", lat, errors, elapsed))
+                report.open_loop.append(summary_of(server.name, "python", lat, errors, elapsed))
             for server in servers:
                 report.peak_rss_mib[server.name] = peak_rss_mib(server.process.pid)
         finally:

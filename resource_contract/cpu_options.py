@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from resource_contract.config import NodeResourceTopologyConfig, PolicyConfig
+    from resource_contract.config import NodeResourceTopologyConfig
+    from resource_contract.policy_config import PolicyConfig
 
 # Configuration key -> kubelet's option name.
 KUBELET_OPTIONS: dict[str, str] = {

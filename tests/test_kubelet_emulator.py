@@ -11,6 +11,7 @@ import pytest
 from enforcer.cri import api_pb2
 from enforcer.decode.kubelet import milli_cpu_to_quota, milli_cpu_to_shares
 from tests.support import kubelet as k
+from tests.support import kubelet_sends as ks
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 GiB = 1 << 30
@@ -43,31 +44,31 @@ def ctr(name: str = "app", requests: dict | None = None, limits: dict | None = N
 # -- QoS class ------------------------------------------------------------------------------
 
 QOS_CASES = [
-    ("no resources", pod(ctr()), k.BEST_EFFORT),
-    ("empty resources", pod({"name": "a", "image": "x", "resources": {}}), k.BEST_EFFORT),
-    ("zero requests", pod(ctr(requests={"cpu": "0", "memory": "0"})), k.BEST_EFFORT),
-    ("only non-QoS resources", pod(ctr(limits={"ephemeral-storage": "1Gi"})), k.BEST_EFFORT),
+    ("no resources", pod(ctr()), ks.BEST_EFFORT),
+    ("empty resources", pod({"name": "a", "image": "x", "resources": {}}), ks.BEST_EFFORT),
+    ("zero requests", pod(ctr(requests={"cpu": "0", "memory": "0"})), ks.BEST_EFFORT),
+    ("only non-QoS resources", pod(ctr(limits={"ephemeral-storage": "1Gi"})), ks.BEST_EFFORT),
     ("limits only (requests default)", pod(ctr(limits={"cpu": "1", "memory": "1Gi"})),
-     k.GUARANTEED),
+     ks.GUARANTEED),
     ("requests == limits", pod(ctr(requests={"cpu": "500m", "memory": "64Mi"},
-                                   limits={"cpu": "0.5", "memory": "64Mi"})), k.GUARANTEED),
+                                   limits={"cpu": "0.5", "memory": "64Mi"})), ks.GUARANTEED),
     ("requests < limits", pod(ctr(requests={"cpu": "250m", "memory": "64Mi"},
-                                  limits={"cpu": "1", "memory": "64Mi"})), k.BURSTABLE),
-    ("cpu request only", pod(ctr(requests={"cpu": "100m"})), k.BURSTABLE),
-    ("memory request only", pod(ctr(requests={"memory": "1Gi"})), k.BURSTABLE),
-    ("cpu limit only", pod(ctr(limits={"cpu": "1"})), k.BURSTABLE),
+                                  limits={"cpu": "1", "memory": "64Mi"})), ks.BURSTABLE),
+    ("cpu request only", pod(ctr(requests={"cpu": "100m"})), ks.BURSTABLE),
+    ("memory request only", pod(ctr(requests={"memory": "1Gi"})), ks.BURSTABLE),
+    ("cpu limit only", pod(ctr(limits={"cpu": "1"})), ks.BURSTABLE),
     ("one of two containers best-effort",
-     pod(ctr("a", limits={"cpu": "1", "memory": "1Gi"}), ctr("b")), k.BURSTABLE),
+     pod(ctr("a", limits={"cpu": "1", "memory": "1Gi"}), ctr("b")), ks.BURSTABLE),
     ("two guaranteed containers",
      pod(ctr("a", limits={"cpu": "1", "memory": "1Gi"}),
-         ctr("b", limits={"cpu": "2", "memory": "2Gi"})), k.GUARANTEED),
+         ctr("b", limits={"cpu": "2", "memory": "2Gi"})), ks.GUARANTEED),
     ("best-effort init container spoils Guaranteed",
-     pod(ctr(limits={"cpu": "1", "memory": "1Gi"}), init=[ctr("init")]), k.BURSTABLE),
+     pod(ctr(limits={"cpu": "1", "memory": "1Gi"}), init=[ctr("init")]), ks.BURSTABLE),
     ("guaranteed init container",
      pod(ctr(limits={"cpu": "1", "memory": "1Gi"}),
-         init=[ctr("init", limits={"cpu": "2", "memory": "64Mi"})]), k.GUARANTEED),
+         init=[ctr("init", limits={"cpu": "2", "memory": "64Mi"})]), ks.GUARANTEED),
     ("burstable init in best-effort pod",
-     pod(ctr(), init=[ctr("init", requests={"cpu": "10m"})]), k.BURSTABLE),
+     pod(ctr(), init=[ctr("init", requests={"cpu": "10m"})]), ks.BURSTABLE),
 ]  # fmt: skip
 
 
@@ -75,7 +76,7 @@ QOS_CASES = [
     ("manifest", "qos"), [c[1:] for c in QOS_CASES], ids=[c[0] for c in QOS_CASES]
 )
 def test_qos_class(manifest: dict, qos: str) -> None:
-    assert k.pod_qos_class(manifest) == qos
+    assert ks.pod_qos_class(manifest) == qos
 
 
 # -- resource math --------------------------------------------------------------------------
@@ -100,7 +101,7 @@ RESOURCE_CASES = [
 
 @pytest.mark.parametrize(("requests", "limits", "shares", "quota", "memory"), RESOURCE_CASES)
 def test_linux_resources(requests, limits, shares, quota, memory) -> None:
-    res = k.linux_resources(ctr(requests=requests, limits=limits))
+    res = ks.linux_resources(ctr(requests=requests, limits=limits))
     assert res.cpu_period == 100_000
     assert res.cpu_shares == shares
     assert res.cpu_quota == quota
@@ -119,29 +120,31 @@ def test_shares_and_quota_helpers() -> None:
 
 def test_oom_score_adj() -> None:
     cap = 16 * GiB
-    assert k.oom_score_adj(k.GUARANTEED, ctr(), cap) == -997
-    assert k.oom_score_adj(k.BEST_EFFORT, ctr(), cap) == 1000
-    assert k.oom_score_adj(k.BURSTABLE, ctr(requests={"memory": "4Gi"}), cap) == 750
-    assert k.oom_score_adj(k.BURSTABLE, ctr(requests={"cpu": "1"}), cap) == 999
-    assert k.oom_score_adj(k.BURSTABLE, ctr(requests={"memory": "16Gi"}), cap) == 3
+    assert ks.oom_score_adj(ks.GUARANTEED, ctr(), cap) == -997
+    assert ks.oom_score_adj(ks.BEST_EFFORT, ctr(), cap) == 1000
+    assert ks.oom_score_adj(ks.BURSTABLE, ctr(requests={"memory": "4Gi"}), cap) == 750
+    assert ks.oom_score_adj(ks.BURSTABLE, ctr(requests={"cpu": "1"}), cap) == 999
+    assert ks.oom_score_adj(ks.BURSTABLE, ctr(requests={"memory": "16Gi"}), cap) == 3
 
 
 # -- cgroups -----------------------------------------------------------------------------------
 
 
 def test_cgroup_parent_cgroupfs() -> None:
-    assert k.cgroup_parent_for(k.GUARANTEED, UID) == f"/kubepods/pod{UID}"
-    assert k.cgroup_parent_for(k.BURSTABLE, UID) == f"/kubepods/burstable/pod{UID}"
-    assert k.cgroup_parent_for(k.BEST_EFFORT, UID) == f"/kubepods/besteffort/pod{UID}"
+    assert ks.cgroup_parent_for(ks.GUARANTEED, UID) == f"/kubepods/pod{UID}"
+    assert ks.cgroup_parent_for(ks.BURSTABLE, UID) == f"/kubepods/burstable/pod{UID}"
+    assert ks.cgroup_parent_for(ks.BEST_EFFORT, UID) == f"/kubepods/besteffort/pod{UID}"
 
 
 def test_cgroup_parent_systemd() -> None:
     u = UID.replace("-", "_")
-    assert k.cgroup_parent_for(k.GUARANTEED, UID, "systemd") == f"kubepods-pod{u}.slice"
-    assert k.cgroup_parent_for(k.BURSTABLE, UID, "systemd") == f"kubepods-burstable-pod{u}.slice"
-    assert k.cgroup_parent_for(k.BEST_EFFORT, UID, "systemd") == f"kubepods-besteffort-pod{u}.slice"
+    assert ks.cgroup_parent_for(ks.GUARANTEED, UID, "systemd") == f"kubepods-pod{u}.slice"
+    assert ks.cgroup_parent_for(ks.BURSTABLE, UID, "systemd") == f"kubepods-burstable-pod{u}.slice"
+    assert (
+        ks.cgroup_parent_for(ks.BEST_EFFORT, UID, "systemd") == f"kubepods-besteffort-pod{u}.slice"
+    )
     with pytest.raises(ValueError):
-        k.cgroup_parent_for(k.BURSTABLE, UID, "nope")
+        ks.cgroup_parent_for(ks.BURSTABLE, UID, "nope")
 
 
 def test_cgroup_path() -> None:
@@ -228,7 +231,7 @@ def test_create_request_carries_sandbox_config(emulator: k.KubeletEmulator) -> N
     manifest = pod(ctr(), init=[ctr("init")], annotations={"a": "b"})
     sandbox = emulator.sandbox_config(manifest)
     running = k.RunningPod(
-        name="p", namespace="ns", uid=UID, qos=k.BEST_EFFORT,
+        name="p", namespace="ns", uid=UID, qos=ks.BEST_EFFORT,
         cgroup_parent=sandbox.linux.cgroup_parent, sandbox_id="sb", sandbox_config=sandbox,
         manifest=manifest,
     )  # fmt: skip

@@ -14,7 +14,8 @@ from enforcer.policy import Policy, make_policy
 from enforcer.state import StateError, StateStore, check_saved
 from enforcer.topology import CPUSet, Topology
 from enforcer.views import cpu_cells, cpu_classes_by_name, placements_report
-from resource_contract.config import ConfigError, PolicyConfig
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import PolicyConfig
 
 
 def status(state_dir: str, output: str = "table") -> int:

@@ -35,8 +35,9 @@ from enforcer.controllers.errors import (
     InvalidClassName,
     UnknownClass,
 )
+from resource_contract.class_config import BlockIOConfig
 from resource_contract.classes import CLASS_NAME_PATTERN
-from resource_contract.config import BlockIOConfig, ConfigError
+from resource_contract.config import ConfigError
 from resource_contract.quantities import parse_quantity
 from resource_files.reads import read_value_file
 

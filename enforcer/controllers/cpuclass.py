@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from enforcer.topology import Topology
-from resource_contract.config import CPUClass
+from resource_contract.class_config import CPUClass
 from resource_files.reads import read_value_file
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from enforcer.policy.none import NonePolicy
 from enforcer.policy.static import StaticPolicy
 from enforcer.policy.topology_aware import TopologyAwarePolicy
 from enforcer.topology import Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy, BalloonsPolicy)

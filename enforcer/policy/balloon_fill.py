@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from enforcer.decode import ContainerRequest
-from enforcer.policy.topology_aware import subject_of
+from enforcer.policy.affinity import subject_of
 from enforcer.topology import CPUSet
 from resource_contract.affinity import weight_towards
 

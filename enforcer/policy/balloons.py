@@ -25,15 +25,13 @@ Pure: no I/O. Deterministic: the same topology, configuration and calls give the
 from __future__ import annotations
 
 import copy
-import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from collections.abc import Mapping
 from typing import Any
 
 from enforcer.cpuallocator import allocate_cpus, release_cpus
 from enforcer.decode import ContainerRequest
+from enforcer.policy.balloon_cpus import near, shared_idle
 from enforcer.policy.balloon_fill import (
     NEW,
     NEW_RANK,
@@ -42,53 +40,29 @@ from enforcer.policy.balloon_fill import (
     fill_chain,
     ranked,
 )
+from enforcer.policy.balloon_types import (
+    PRIORITY,
+    Balloon,
+    balloon_size,
+    matches,
+    minimum_error,
+    ordered_types,
+    refusal,
+)
 from enforcer.policy.base import Policy
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import (
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import (
     DEFAULT_BALLOON,
     RESERVED_BALLOON,
     BalloonType,
-    ConfigError,
     PolicyConfig,
 )
 
 _EMPTY = CPUSet()
-_PRIORITY = {"high": 0, "normal": 1, "low": 2, "none": 3}
-# shareIdleCPUsInSame -> the topology level whose units bound the shared idle CPUs. The
-# topology reads no L2 groups; an L2 cache is a core's own on the machines we know.
-_SHARE_LEVEL = {
-    "package": "socket",
-    "die": "die",
-    "numa": "node",
-    "l2cache": "core",
-    "core": "core",
-}
-# Inflating: the free CPUs nearest to the balloon's, tightest unit first.
-_NEAR_LEVELS = ("core", "l3", "node", "die", "socket")
 _BALLOON_NAME = re.compile(r"(.+)\[(\d{1,6})\]")
-BUILTIN_DEFAULT = BalloonType(
-    name=DEFAULT_BALLOON, minBalloons=1, maxBalloons=1, shareIdleCPUsInSame="system"
-)
-
-
-@dataclass
-class Balloon:
-    """One balloon: its CPUs and its containers (key -> milli-CPU requested)."""
-
-    type: str
-    instance: int
-    cpus: CPUSet
-    members: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.type}[{self.instance}]"
-
-    @property
-    def milli(self) -> int:
-        return sum(self.members.values())
 
 
 class BalloonsPolicy(Policy):
@@ -101,15 +75,8 @@ class BalloonsPolicy(Policy):
             raise ConfigError(
                 ["policy.reservedCPUs: the balloons policy needs at least one reserved CPU"]
             )
-        listed = {t.name: t for t in config.balloonTypes}
-        reserved = listed.get(RESERVED_BALLOON, BalloonType(name=RESERVED_BALLOON))
-        ordered = [t for t in config.balloonTypes if t.name not in (RESERVED_BALLOON,)]
-        if DEFAULT_BALLOON not in listed:
-            ordered.append(BUILTIN_DEFAULT)
-        elif ordered[-1].name != DEFAULT_BALLOON:  # default is the last resort wherever listed
-            ordered = [t for t in ordered if t.name != DEFAULT_BALLOON] + [listed[DEFAULT_BALLOON]]
-        self.types: dict[str, BalloonType] = {RESERVED_BALLOON: reserved}
-        self.types.update((t.name, t) for t in ordered)
+        self.types = ordered_types(config)
+        reserved = self.types[RESERVED_BALLOON]
         self._config_index = {t.name: i for i, t in enumerate(config.balloonTypes)}
         self._reserved_namespaces = tuple(config.reservedNamespaces) + tuple(reserved.namespaces)
         self.balloons: list[Balloon] = [Balloon(RESERVED_BALLOON, 0, self.reserved)]
@@ -321,10 +288,10 @@ class BalloonsPolicy(Policy):
         if request.balloon is not None:
             return request.balloon
         prefers = request.preferences.reserved
-        if prefers or (prefers is None and _matches(request.namespace, self._reserved_namespaces)):
+        if prefers or (prefers is None and matches(request.namespace, self._reserved_namespaces)):
             return RESERVED_BALLOON
         for name, btype in self.types.items():
-            if name != RESERVED_BALLOON and _matches(request.namespace, btype.namespaces):
+            if name != RESERVED_BALLOON and matches(request.namespace, btype.namespaces):
                 return name
         return DEFAULT_BALLOON
 
@@ -374,7 +341,7 @@ class BalloonsPolicy(Policy):
         for index, b in enumerate(self.balloons):
             if b.type != btype.name:
                 continue
-            size = self._size(btype, b.milli + milli, len(b.members) + 1)
+            size = balloon_size(btype, b.milli + milli, len(b.members) + 1)
             if (btype.maxCPUs and size > btype.maxCPUs) or size - len(b.cpus) > free:
                 continue
             members = [self.admitted[k].request for k in b.members if k in self.admitted]
@@ -383,7 +350,7 @@ class BalloonsPolicy(Policy):
             shape = (b.name, index, b.cpus, most, b.milli, len(b.members))
             options.append(ranked(request, members, shape, keep, hint))
         count = sum(1 for b in self.balloons if b.type == btype.name)
-        size = self._size(btype, milli, 1)
+        size = balloon_size(btype, milli, 1)
         fits = not btype.maxCPUs or size <= btype.maxCPUs
         if fits and (not btype.maxBalloons or count < btype.maxBalloons) and size <= free:
             options.append((NEW_RANK, None))
@@ -403,37 +370,13 @@ class BalloonsPolicy(Policy):
         return self._new_balloon(btype, size) if chosen == NEW else None
 
     def _refusal(self, where: str, btype: BalloonType, milli: int) -> PlacementError:
-        limits = (
-            f"minCPUs {btype.minCPUs}, maxCPUs {btype.maxCPUs or 'unbounded'}, "
-            f"maxBalloons {btype.maxBalloons or 'unbounded'}"
-        )
-        alone = self._size(btype, milli, 1)
         count = sum(1 for b in self.balloons if b.type == btype.name)
-        free = len(self._free())
-        if btype.maxCPUs and alone > btype.maxCPUs:
-            why = f"it alone needs {alone} CPUs, above maxCPUs {btype.maxCPUs}"
-        else:
-            full = btype.maxBalloons and count >= btype.maxBalloons
-            why = f"none of its {count} balloons can inflate to take it, and " + (
-                f"maxBalloons {btype.maxBalloons} are in use"
-                if full
-                else f"a new balloon of {alone} CPUs does not fit in the {free} free CPUs"
-            )
-        return PlacementError(
-            f"{where}: asked for {milli}m CPU; balloon type {btype.name} ({limits}) cannot "
-            f"take it: {why} ({free} CPUs in no balloon)",
-            nearest_pool=btype.name,
-        )
+        return refusal(where, btype, milli, count, len(self._free()))
 
     # ----- sizes and CPUs ------------------------------------------------------------------
 
-    @staticmethod
-    def _size(btype: BalloonType, milli: int, members: int) -> int:
-        need = math.ceil(milli / 1000)
-        return max(btype.minCPUs, need, 1 if members else 0)
-
     def _target(self, b: Balloon) -> int:
-        return self._size(self.types[b.type], b.milli, len(b.members))
+        return balloon_size(self.types[b.type], b.milli, len(b.members))
 
     def _free(self) -> CPUSet:
         return self.available - self.reserved - self.taken
@@ -469,25 +412,9 @@ class BalloonsPolicy(Policy):
             free = self._free()
             grow = min(target - have, len(free)) if best_effort else target - have
             if grow:
-                b.cpus = b.cpus | self._near(b.cpus, free, grow)
+                b.cpus = b.cpus | near(self.topology, b.cpus, free, grow)
         elif target < have:
             b.cpus = b.cpus - release_cpus(self.topology, b.cpus, have - target)
-
-    def _near(self, cpus: CPUSet, free: CPUSet, n: int) -> CPUSet:
-        """n free CPUs as close to `cpus` as they come (the smallest unit around them that has
-        enough: core, L3 group, NUMA node, die or socket), packed by the allocator."""
-        if cpus:
-            infos = [self.topology.cpus[c] for c in cpus]
-            scopes = []
-            for level in _NEAR_LEVELS:
-                units = self.topology.units(level)  # type: ignore[arg-type]
-                keys = {_unit_key(level, i) for i in infos}
-                around = CPUSet().union(*(units[k] for k in keys if k in units))
-                if len(free & around) >= n:
-                    scopes.append((len(around), free & around))
-            if scopes:
-                return allocate_cpus(self.topology, min(scopes, key=lambda s: s[0])[1], n, kind="")
-        return allocate_cpus(self.topology, free, n, kind="")
 
     def _new_balloon(self, btype: BalloonType, size: int) -> Balloon:
         used = {b.instance for b in self.balloons if b.type == btype.name}
@@ -501,40 +428,21 @@ class BalloonsPolicy(Policy):
         level = self.types[b.type].shareIdleCPUsInSame
         if level is None or b.type == RESERVED_BALLOON:
             return _EMPTY
-        idle = self._idle()
-        if level == "system" or not idle:
-            return idle
-        unit_level = _SHARE_LEVEL[level]
-        units = self.topology.units(unit_level)  # type: ignore[arg-type]
-        keys = {_unit_key(unit_level, self.topology.cpus[c]) for c in b.cpus}
-        return idle & CPUSet().union(*(units[k] for k in keys if k in units))
+        return shared_idle(self.topology, level, b.cpus, self._idle())
 
     def _create_minimum(self, *, at_start: bool) -> None:
         """Every type's minBalloons, higher allocatorPriority first; ConfigError naming the
         type when they do not fit."""
         order = sorted(
             (t for t in self.types.values() if t.name != RESERVED_BALLOON),
-            key=lambda t: _PRIORITY[t.allocatorPriority],
+            key=lambda t: PRIORITY[t.allocatorPriority],
         )
         for btype in order:
             while sum(1 for b in self.balloons if b.type == btype.name) < btype.minBalloons:
                 free = self._free()
                 if btype.minCPUs > len(free):
                     where = self._config_index.get(btype.name)
-                    key = (
-                        f"policy.balloonTypes.{where}.minBalloons"
-                        if where is not None
-                        else f"policy.balloonTypes ({btype.name})"
-                    )
-                    raise ConfigError(
-                        [
-                            f"{key}: {btype.minBalloons} balloons of type {btype.name} with "
-                            f"minCPUs {btype.minCPUs} do not fit: {len(free)} CPUs are left "
-                            f"({free or 'none'}) after the reserved CPUs"
-                            + ("" if at_start else " and the running containers' balloons")
-                            + " and the balloons of types of higher or equal allocatorPriority"
-                        ]
-                    )
+                    raise minimum_error(btype, where, free, at_start=at_start)
                 self._new_balloon(btype, btype.minCPUs)
 
     def _revive(self, data: Mapping[str, Any]) -> None:
@@ -588,13 +496,3 @@ class BalloonsPolicy(Policy):
         self.balloons, self._held, self.admitted = saved
         if previous is not None:
             self.admitted[previous.request.key] = previous
-
-
-def _matches(namespace: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatchcase(namespace, p) for p in patterns)
-
-
-def _unit_key(level: str, info: Any) -> Any:
-    if level == "die":
-        return info.die_key
-    return getattr(info, level)

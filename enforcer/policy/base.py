@@ -16,7 +16,8 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy.device_locality import described
 from enforcer.policy.model import Admitted, BalloonView, Placement, PlacementError, PoolView
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import ConfigError, PolicyConfig, reserved_is_quantity
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import PolicyConfig, reserved_is_quantity
 from resource_contract.quantities import parse_quantity
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from enforcer.decode import ContainerRequest
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from enforcer.decode import ContainerRequest
 from enforcer.policy.model import PlacementError
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import ConfigError, PolicyConfig
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import PolicyConfig
 
 
 def cpu_options(config: PolicyConfig) -> CPUOptions:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from enforcer.topology import CPUSet, Topology
 
 if TYPE_CHECKING:
-    from enforcer.policy.topology_aware import Pool
+    from enforcer.policy.pool_tree import Pool
 
 
 def split_memory(topology: Topology, amount: int, nodes: Iterable[int]) -> dict[int, int]:

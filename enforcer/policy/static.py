@@ -24,7 +24,7 @@ from enforcer.policy.kubelet_options import (
 )
 from enforcer.policy.model import Admitted, Placement, PlacementError
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 
 class StaticPolicy(Policy):

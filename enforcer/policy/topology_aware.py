@@ -19,22 +19,10 @@ Eligibility (first match wins):
 - Everything else (Burstable, BestEffort, Guaranteed below 1 CPU): shared, its CPU request
   granted against the pool's shared capacity.
 
-Accounting, per pool P (P "or below" = P and its descendants):
-
-- shared(P) = P's CPUs - reserved - isolated - exclusively held: where its shared containers run.
-- granted(P) = milli-CPU granted to shared and mixed containers placed in P or below; these need
-  required(P) = ceil(granted / 1000) CPUs of shared(P), at least one when any such container
-  exists. Without reserved CPUs the root always keeps one so that BestEffort containers can
-  start; with reserved CPUs it need not: its containers with nothing granted (BestEffort, or no
-  CPU request) run on the reserved CPUs while it has no shared CPU left, as with kubelet and
-  `static` (so a 2-CPU machine with 1 reserved CPU can still grant the other one). Exclusive
-  CPUs are only taken where every pool that loses them keeps its required CPUs. For a tree of
-  pools this condition is exactly what makes every shared grant satisfiable at the same time.
-- Memory is charged per NUMA node (the limit, or the request when there is no limit), split over
-  the container's memory nodes in proportion to their size. A pool's capacity is the memory of
-  its nodes plus the memory-only nodes attached to them. Only the root may be overcommitted:
-  kubelet already admitted the pod, and Burstable limits legitimately add up to more than the
-  machine has.
+Accounting per pool (`pool_ledger`): a pool's shared CPUs are its CPUs less the reserved,
+isolated and exclusively held ones; exclusive CPUs are only taken where every pool that loses
+them keeps the shared CPUs its grants require. For a tree of pools this condition is exactly
+what makes every shared grant satisfiable at the same time.
 
 kubelet's CPU manager options (`fullPCPUsOnly` and the others, `kubelet_options`) shape the
 exclusive CPUs: which candidates count, which pool serves first, how the CPUs are taken.
@@ -45,157 +33,23 @@ Deterministic: the same topology, configuration and sequence of calls give the s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from enforcer.cpuallocator import (
-    NotEnoughCPUs,
-    SMTAlignmentError,
-    allocate_cpus,
-    cpus_per_core,
-    release_cpus,
-    take_cpus,
-    usable,
-)
+from enforcer.cpuallocator import NotEnoughCPUs, SMTAlignmentError, allocate_cpus, take_cpus
 from enforcer.decode import ContainerRequest
 from enforcer.policy import kubelet_options as kopts
+from enforcer.policy.affinity import attraction
 from enforcer.policy.base import Policy
 from enforcer.policy.device_locality import close_cpus
 from enforcer.policy.model import Admitted, Placement, PlacementError, PoolView
-from enforcer.policy.pool_math import closeness, format_bytes, split_memory, whole_cores_count
+from enforcer.policy.need import Need, need_of, wants_reserved
+from enforcer.policy.pool_ledger import PoolLedger
+from enforcer.policy.pool_math import closeness, whole_cores_count
+from enforcer.policy.pool_tree import Pool, build_pool_tree
 from enforcer.topology import CPUSet, Topology
-from resource_contract.affinity import Subject, weight_towards
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 _EMPTY = CPUSet()
-ROOT = "root"
-_MEMS_CACHE_LIMIT = 4096
-
-
-@dataclass(frozen=True)
-class Pool:
-    """One node of the pool tree: fixed for the life of the policy."""
-
-    index: int  # position in depth-first order: the last tie-breaker
-    name: str  # "root", "socket0", "socket0/node2", "socket1/die0/node3"
-    depth: int
-    parent: int | None
-    children: tuple[int, ...]
-    cpus: CPUSet  # available CPUs, reserved and isolated included
-    usable: CPUSet  # cpus - reserved - isolated: for shared and (multi-CPU) exclusive work
-    isolated: CPUSet  # isolated CPUs, not reserved
-    mems: CPUSet  # memory nodes of its CPUs plus their memory-only nodes
-    memory_capacity: int
-    cores: tuple[CPUSet, ...]  # cores whose every thread is usable
-    chain: tuple[int, ...]  # itself, then its ancestors up to the root
-
-
-def build_pool_tree(topology: Topology, available: CPUSet, reserved: CPUSet) -> list[Pool]:
-    """The pools over `available`, root first, depth-first; a level with a single child is
-    collapsed into its parent (a 1-socket 1-node machine has only the root)."""
-    levels = _nested_levels(topology, available)
-    raw: list[tuple[str, int, int | None, CPUSet]] = []  # name, depth, parent, cpus
-
-    def grow(name: str, depth: int, parent: int | None, cpus: CPUSet, level: int) -> None:
-        index = len(raw)
-        raw.append((name, depth, parent, cpus))
-        for label, unit, next_level in _children(levels, cpus, level):
-            child = label if name == ROOT else f"{name}/{label}"
-            grow(child, depth + 1, index, unit, next_level)
-
-    grow(ROOT, 0, None, available, 0)
-    children: dict[int, list[int]] = {i: [] for i in range(len(raw))}
-    for i, (_, _, parent, _) in enumerate(raw):
-        if parent is not None:
-            children[parent].append(i)
-    isolated = topology.isolated - reserved
-    cores = [c for c in topology.cores() if c <= available - reserved - isolated]
-    pools: list[Pool] = []
-    for i, (name, depth, parent, cpus) in enumerate(raw):
-        chain = [i]
-        while (up := raw[chain[-1]][2]) is not None:
-            chain.append(up)
-        usable = cpus - reserved - isolated
-        mems = topology.memory_nodes_of_cpus(cpus)
-        pools.append(
-            Pool(
-                index=i,
-                name=name,
-                depth=depth,
-                parent=parent,
-                children=tuple(children[i]),
-                cpus=cpus,
-                usable=usable,
-                isolated=cpus & isolated,
-                mems=mems,
-                memory_capacity=sum(topology.nodes[n].memory_bytes for n in mems),
-                cores=tuple(c for c in cores if c <= usable),
-                chain=tuple(chain),
-            )
-        )
-    return pools
-
-
-def _nested_levels(topology: Topology, available: CPUSet) -> list[list[tuple[str, CPUSet]]]:
-    """Units of the socket, die and node levels over `available`, dropping a level whose units
-    do not each hold whole units of the level below (so the tree stays a tree even where a
-    NUMA node spans dies)."""
-    units: list[list[tuple[str, CPUSet]]] = [
-        [(f"socket{s}", cpus) for s, cpus in sorted(topology.units("socket").items())],
-        [(f"die{d}", cpus) for (_, d), cpus in sorted(topology.units("die").items())],
-        [(f"node{n}", topology.cpus_of_node(n)) for n in topology.cpu_nodes()],
-    ]
-    levels = [[(label, cpus & available) for label, cpus in level] for level in units]
-    levels = [[(label, cpus) for label, cpus in level if cpus] for level in levels]
-    changed = True
-    while changed:
-        changed = False
-        for i in range(len(levels) - 1):
-            upper, lower = levels[i], levels[i + 1]
-            if not all(any(cpus <= up for _, up in upper) for _, cpus in lower):
-                del levels[i]
-                changed = True
-                break
-    return levels
-
-
-def _children(
-    levels: list[list[tuple[str, CPUSet]]], cpus: CPUSet, level: int
-) -> list[tuple[str, CPUSet, int]]:
-    """The units of the first level below `level` that splits `cpus` in two or more."""
-    while level < len(levels):
-        inside = [(label, unit) for label, unit in levels[level] if unit <= cpus]
-        if len(inside) > 1:
-            return [(label, unit, level + 1) for label, unit in inside]
-        level += 1  # one unit: it is `cpus` itself, collapse the level
-    return []
-
-
-Kind = Literal["preserved", "reserved", "exclusive", "mixed", "shared"]
-
-
-@dataclass(frozen=True)
-class Need:
-    """What a container is eligible for under the rules and preferences."""
-
-    kind: Kind
-    exclusive: int = 0  # whole CPUs of its own
-    milli: int = 0  # CPU granted on shared CPUs
-    isolated: bool = False  # a 1-CPU exclusive container that prefers an isolated CPU
-    memory: int = 0  # bytes: the limit, or the request when there is no limit
-
-    @property
-    def shares(self) -> bool:
-        return self.kind in ("shared", "mixed")
-
-    def describe(self) -> str:
-        parts = []
-        if self.exclusive:
-            parts.append(f"{self.exclusive} exclusive CPU{'s' if self.exclusive > 1 else ''}")
-        if self.shares:
-            parts.append(f"{self.milli}m shared CPU")
-        text = " + ".join(parts)
-        return f"{text} and {format_bytes(self.memory)} memory" if self.memory else text
 
 
 class TopologyAwarePolicy(Policy):
@@ -213,17 +67,14 @@ class TopologyAwarePolicy(Policy):
         self._levels = [[p for p in self._pools if p.depth == d] for d in depths]
         self._leaf = {cpu: p.index for p in self._pools for cpu in p.cpus}  # deepest wins
         self._closeness = [[closeness(a, b, self._pools) for b in self._pools] for a in self._pools]
-        self._reserved_mems = topology.memory_nodes_of_cpus(self.reserved)
-        n = len(self._pools)
-        self._taken = _EMPTY
-        self._granted = [0] * n  # milli-CPU granted in the pool or below
-        self._sharing = [0] * n  # containers with a shared part in the pool or below
-        self._members = [0] * n  # containers placed in the pool or below
-        self._used: dict[int, int] = dict.fromkeys(topology.nodes, 0)
-        self._charges: dict[str, dict[int, int]] = {}
-        self._pods: dict[str, dict[str, int]] = {}  # pod uid -> key -> pool index
-        # Caches: placement() runs for every live container after every change.
-        self._shared_cache: dict[int, CPUSet] = {}
+        self._ledger = PoolLedger(
+            topology,
+            self._pools,
+            self.reserved,
+            self.cpu_options,
+            strict_reservation=config.strictCPUReservation,
+        )
+        # placement() runs for every live container after every change.
         self._placement_cache: dict[str, Placement] = {}
         self._mems_cache: dict[CPUSet, CPUSet] = {}
 
@@ -231,7 +82,7 @@ class TopologyAwarePolicy(Policy):
 
     @property
     def taken(self) -> CPUSet:
-        return self._taken
+        return self._ledger.taken
 
     def admit(self, request: ContainerRequest, *, keep: CPUSet | None = None) -> Placement:
         previous = self.release(request.key)
@@ -274,9 +125,9 @@ class TopologyAwarePolicy(Policy):
         else:
             index = self._by_name[entry.pool].index
             if entry.exclusive:
-                cpus = self._shared(index) | entry.exclusive
+                cpus = self._ledger.shared(index) | entry.exclusive
             else:
-                cpus = self._shared_or_fallback(index)
+                cpus = self._ledger.shared_or_fallback(index)
             placement = Placement(cpus, self._pinned(cpus), entry.exclusive, kind, entry.pool)
         self._placement_cache[key] = placement
         return placement
@@ -341,14 +192,14 @@ class TopologyAwarePolicy(Policy):
                     name=p.name,
                     depth=p.depth,
                     cpus=p.cpus,
-                    shared=self._shared(p.index),
-                    exclusive=p.cpus & self._taken,
-                    free=self._exclusive_room(p) + len(p.isolated - self._taken),
-                    shared_milli=self._granted[p.index],
-                    containers=self._members[p.index],
+                    shared=self._ledger.shared(p.index),
+                    exclusive=p.cpus & self._ledger.taken,
+                    free=self._ledger.exclusive_room(p) + len(p.isolated - self._ledger.taken),
+                    shared_milli=self._ledger.granted[p.index],
+                    containers=self._ledger.members[p.index],
                     mems=p.mems,
                     memory_capacity=p.memory_capacity,
-                    memory_used=self._memory_used(p),
+                    memory_used=self._ledger.memory_used(p),
                 )
             )
         return views
@@ -360,48 +211,15 @@ class TopologyAwarePolicy(Policy):
 
     def need(self, request: ContainerRequest) -> Need:
         """What `request` is eligible for (see the module's docstring)."""
-        prefs = request.preferences
-        memory = request.memory_limit or request.memory_request
-        milli = request.shared_milli
-        if prefs.preserve:
-            return Need("preserved")
-        if self._wants_reserved(request) and self.reserved:
-            if (
-                self.config.strictCPUReservation
-                and request.namespace not in self.config.reservedNamespaces
-            ):
-                raise kopts.strict_refusal(request)
-            return Need("reserved", milli=milli, memory=memory)
-        prefer_shared = prefs.shared
-        if prefer_shared is None:
-            # The configured default yields to an explicit request for an isolated CPU.
-            prefer_shared = self.config.preferSharedCPUs and not prefs.isolated
-        if not request.exclusive_eligible or milli < 1000 or prefer_shared:
-            return Need("shared", milli=milli, memory=memory)
-        whole, fraction = divmod(milli, 1000)
-        if fraction and self.cpu_options.full_pcpus_only and whole % cpus_per_core(self.topology):
-            return Need("shared", milli=milli, memory=memory)  # kubelet: fractional is shared
-        if fraction:
-            return Need("mixed", exclusive=whole, milli=fraction, memory=memory)
-        isolated = prefs.isolated
-        if isolated is None:
-            isolated = self.config.preferIsolatedCPUs
-        return Need("exclusive", exclusive=whole, isolated=whole == 1 and isolated, memory=memory)
-
-    def _wants_reserved(self, request: ContainerRequest) -> bool:
-        """A pod of `reservedNamespaces`, or `prefer-reserved-cpus` (either way)."""
-        reserved = request.preferences.reserved
-        if reserved is None:
-            return request.namespace in self.config.reservedNamespaces
-        return reserved
+        return need_of(request, self.topology, self.config, self.cpu_options, self.reserved)
 
     def preserve_allowed(self, request: ContainerRequest) -> CPUSet:
         # Where the root's containers with nothing granted run (its shared CPUs: neither
         # reserved, isolated nor exclusively held; the reserved CPUs while it has none left),
         # plus the reserved CPUs for a container that would run on them without `cpu.preserve`.
         reserved = self.reserved - kopts.strict_reserved(self.config, self.reserved, request)
-        shared = self._shared(0) or reserved
-        return shared | reserved if self._wants_reserved(request) else shared
+        shared = self._ledger.shared(0) or reserved
+        return shared | reserved if wants_reserved(request, self.config) else shared
 
     # ----- deciding ------------------------------------------------------------------------
 
@@ -470,27 +288,29 @@ class TopologyAwarePolicy(Policy):
 
     def _valid(self, pool: Pool, need: Need, exclusive: CPUSet) -> bool:
         """Whether `need` may take `exclusive` in `pool` without breaking any pool's grants."""
-        if not self._memory_fits(pool, need.memory):
+        if not self._ledger.memory_fits(pool, need.memory):
             return False
         touched: set[int] = set(pool.chain)
         if exclusive:
-            free_isolated = pool.isolated - self._taken
+            free_isolated = pool.isolated - self._ledger.taken
             if need.isolated and exclusive <= free_isolated:
                 exclusive = _EMPTY  # isolated CPUs are nobody's shared CPUs
-            elif not exclusive <= self._shared(pool.index):
+            elif not exclusive <= self._ledger.shared(pool.index):
                 return False
             for cpu in exclusive:
                 touched.update(self._pools[self._leaf[cpu]].chain)
         for q in touched:
             lose = len(exclusive & self._pools[q].cpus) if exclusive else 0
             extra = need.shares and q in pool.chain
-            required = self._required(q, need.milli if extra else 0, 1 if extra else 0)
-            if len(self._shared(q)) - lose < required:
+            required = self._ledger.required(q, need.milli if extra else 0, 1 if extra else 0)
+            if len(self._ledger.shared(q)) - lose < required:
                 return False
         return True
 
     def _search(self, request: ContainerRequest, need: Need) -> Admitted:
-        siblings = self._attraction(request)
+        siblings = attraction(
+            request, self.admitted, self._ledger.pods.get(request.pod_uid, {}), self._by_name
+        )
         kopts.check_whole(self.topology, request, need.exclusive, self.cpu_options)
         if need.isolated:
             found = self._search_isolated(need, siblings)
@@ -512,7 +332,9 @@ class TopologyAwarePolicy(Policy):
             shared = self._search_shared(need, siblings)
             if shared is not None:
                 return self._entry(request, need, shared, _EMPTY)
-        raise self._refusal(request, need)
+        raise self._ledger.no_room(
+            self._pools, request, need, full_pcpus_only=self.cpu_options.full_pcpus_only
+        )
 
     def _close_to_devices(self, request: ContainerRequest, need: Need) -> Admitted | None:
         """policy.preferCloseToDevices: the exclusive CPUs in the tightest pool on the devices'
@@ -520,9 +342,9 @@ class TopologyAwarePolicy(Policy):
         if not self.config.preferCloseToDevices or not request.devices:
             self._note_devices(request.key, None)
             return None
-        root = self._pools[0]
+        candidates = self._ledger.candidates
         close = close_cpus(
-            self.topology, self.config, request, self._candidates(root), need.exclusive
+            self.topology, self.config, request, candidates(self._pools[0]), need.exclusive
         )
         self._note_devices(request.key, close.note)
         pool = self._tightest(close.cpus) if close.cpus is not None else None
@@ -530,7 +352,7 @@ class TopologyAwarePolicy(Policy):
             return None
         try:
             cpus = take_cpus(
-                self.topology, self._candidates(pool) & close.cpus, need.exclusive, self.cpu_options
+                self.topology, candidates(pool) & close.cpus, need.exclusive, self.cpu_options
             )
         except (NotEnoughCPUs, SMTAlignmentError) as exc:
             cpus, why = _EMPTY, str(exc)
@@ -547,13 +369,13 @@ class TopologyAwarePolicy(Policy):
         best: tuple[tuple[int, ...], Pool, CPUSet] | None = None
         for level in self._levels:
             for pool in level:
-                free = pool.isolated - self._taken
-                if not free or not self._memory_fits(pool, need.memory):
+                free = pool.isolated - self._ledger.taken
+                if not free or not self._ledger.memory_fits(pool, need.memory):
                     continue
                 key = (
                     -self._affinity(pool, siblings),
                     -len(free),
-                    self._members[pool.index],
+                    self._ledger.members[pool.index],
                     pool.index,
                 )
                 if best is None or key < best[0]:
@@ -571,18 +393,19 @@ class TopologyAwarePolicy(Policy):
         extra_count = 1 if need.shares else 0
         # No pool can give more whole cores than the whole machine: once a pool gives that
         # many, shallower (looser) pools cannot beat it.
-        ideal = self._fit(self._pools[0], self._shared(0), n)
+        ideal = self._fit(self._pools[0], self._ledger.shared(0), n)
         best: tuple[tuple[int, ...], Pool, CPUSet, int] | None = None
         for level in self._levels:
             for pool in level:
-                if not self._memory_fits(pool, need.memory):
+                if not self._ledger.memory_fits(pool, need.memory):
                     continue
                 if any(
-                    len(self._shared(q)) - n < self._required(q, need.milli, extra_count)
+                    len(self._ledger.shared(q)) - n
+                    < self._ledger.required(q, need.milli, extra_count)
                     for q in pool.chain
                 ):
                     continue
-                candidates = self._candidates(pool)
+                candidates = self._ledger.candidates(pool)
                 if len(candidates) < n:
                     continue
                 whole = self._fit(pool, candidates, n)
@@ -591,8 +414,8 @@ class TopologyAwarePolicy(Policy):
                     -pool.depth,
                     -self._affinity(pool, siblings),
                     -len(candidates),  # least loaded
-                    self._members[pool.index],
-                    -self._memory_free(pool),
+                    self._ledger.members[pool.index],
+                    -self._ledger.memory_free(pool),
                     pool.index,
                 )
                 if best is None or key < best[0]:
@@ -617,15 +440,21 @@ class TopologyAwarePolicy(Policy):
         best: tuple[tuple[int, ...], Pool] | None = None
         for level in self._levels:
             for pool in level:
-                if not self._memory_fits(pool, need.memory):
+                if not self._ledger.memory_fits(pool, need.memory):
                     continue
-                if any(len(self._shared(q)) < self._required(q, need.milli, 1) for q in pool.chain):
+                if any(
+                    len(self._ledger.shared(q)) < self._ledger.required(q, need.milli, 1)
+                    for q in pool.chain
+                ):
                     continue
                 key = (
                     -self._affinity(pool, siblings),
-                    -(len(self._shared(pool.index)) * 1000 - self._granted[pool.index]),
-                    self._members[pool.index],
-                    -self._memory_free(pool),
+                    -(
+                        len(self._ledger.shared(pool.index)) * 1000
+                        - self._ledger.granted[pool.index]
+                    ),
+                    self._ledger.members[pool.index],
+                    -self._ledger.memory_free(pool),
                     pool.index,
                 )
                 if best is None or key < best[0]:
@@ -634,121 +463,11 @@ class TopologyAwarePolicy(Policy):
                 break
         return None if best is None else best[1]
 
-    def _refusal(self, request: ContainerRequest, need: Need) -> PlacementError:
-        # The best pool: the most room for what was asked, then the tightest.
-        def rank(p: Pool) -> tuple[int, ...]:
-            shared = self._shared_room(p)
-            if need.exclusive:
-                return (self._exclusive_room(p), shared, p.depth, -p.index)
-            return (shared, p.depth, -p.index)
-
-        best = max(self._pools, key=rank)
-        exclusive, shared = self._exclusive_room(best), self._shared_room(best)
-        memory = ""
-        if best.memory_capacity:
-            memory = f" and {format_bytes(self._memory_free(best))} memory"
-        return PlacementError(
-            f"pod {request.namespace}/{request.pod_name} container {request.container}: "
-            f"asked for {need.describe()}; no pool has room: the best, {best.name}, has "
-            f"{exclusive} CPU{'' if exclusive == 1 else 's'} free for exclusive use, "
-            f"{shared}m shared CPU{memory} free"
-            + (" (fullPCPUsOnly: whole cores only)" if self.cpu_options.full_pcpus_only else ""),
-            nearest_pool=best.name,
-        )
-
-    # ----- capacity ------------------------------------------------------------------------
-
-    def _shared(self, index: int) -> CPUSet:
-        cached = self._shared_cache.get(index)
-        if cached is None:
-            cached = self._shared_cache[index] = self._pools[index].usable - self._taken
-        return cached
-
-    def _shared_or_fallback(self, index: int) -> CPUSet:
-        """Where the pool's containers with no exclusive CPU run: its shared CPUs. Only the root
-        can run out of them, and only while nothing is granted on them (`_required`): its
-        containers with nothing granted (BestEffort, preserved) then run on the reserved CPUs,
-        never on CPUs another container holds."""
-        return self._shared(index) or self.reserved
-
-    def _required(self, index: int, milli: int = 0, count: int = 0) -> int:
-        """Shared CPUs the pool must keep for what is granted in it and below."""
-        granted = self._granted[index] + milli
-        required = -(-granted // 1000)
-        if required or (index == 0 and self.reserved and not self.config.strictCPUReservation):
-            # The root's containers with nothing granted run on the reserved CPUs when no
-            # shared CPU is left (see `placement`), as they do under static and kubelet.
-            return required
-        if self._sharing[index] + count or index == 0:
-            required = 1  # a BestEffort container still needs a CPU to run on
-        return required
-
-    def _candidates(self, pool: Pool) -> CPUSet:
-        """The pool's CPUs that may go exclusive without starving a descendant's grants."""
-        shared = self._shared(pool.index)
-        protected = self._protected(pool)
-        return usable(self.topology, shared - protected if protected else shared, self.cpu_options)
-
-    def _protected(self, pool: Pool) -> CPUSet:
-        out = _EMPTY
-        for child in pool.children:
-            if self._sharing[child]:
-                out = out | self._protect(self._pools[child])
-        return out
-
-    def _protect(self, pool: Pool) -> CPUSet:
-        """CPUs kept back for the shared containers of `pool` and below: those whose loss
-        leaves the rest most compact, so exclusive allocations still get whole cores."""
-        inner = self._protected(pool)
-        missing = self._required(pool.index) - len(inner)
-        if missing > 0:
-            spare = self._shared(pool.index) - inner
-            inner = inner | release_cpus(self.topology, spare, min(missing, len(spare)))
-        return inner
-
-    def _exclusive_room(self, pool: Pool) -> int:
-        room = len(self._candidates(pool))
-        for q in pool.chain:
-            room = min(room, len(self._shared(q)) - self._required(q))
-        return max(room, 0)
-
-    def _shared_room(self, pool: Pool) -> int:
-        return max(0, min(len(self._shared(q)) * 1000 - self._granted[q] for q in pool.chain))
-
-    def _memory_used(self, pool: Pool) -> int:
-        return sum(self._used[n] for n in pool.mems)
-
-    def _memory_free(self, pool: Pool) -> int:
-        return pool.memory_capacity - self._memory_used(pool)
-
-    def _memory_fits(self, pool: Pool, amount: int) -> bool:
-        if pool.index == 0 or not pool.memory_capacity or not amount:
-            return True
-        return amount <= self._memory_free(pool)
-
     def _affinity(self, pool: Pool, siblings: Sequence[tuple[int, int]]) -> int:
         """How much `pool` suits the container's affinities: each (pool, weight) pulls
         (positive) or pushes (negative) in proportion to how close the pools are."""
         row = self._closeness[pool.index]
         return sum(weight * row[s] for s, weight in siblings)
-
-    def _attraction(self, request: ContainerRequest) -> list[tuple[int, int]]:
-        """(pool index, weight) of the containers request has an affinity for: those its
-        affinity annotations name, with their weights; without any, its pod's other
-        containers, weight 1 each (containers of a pod stay close)."""
-        if not request.affinity:
-            pod = self._pods.get(request.pod_uid, {})
-            return [(i, 1) for key, i in pod.items() if key != request.key]
-        me = subject_of(request)
-        out = []
-        for key, entry in self.admitted.items():
-            pool = self._by_name.get(entry.pool)
-            if key == request.key or pool is None:
-                continue
-            weight = weight_towards(request.affinity, me, subject_of(entry.request))
-            if weight:
-                out.append((pool.index, weight))
-        return out
 
     # ----- bookkeeping ---------------------------------------------------------------------
 
@@ -757,86 +476,17 @@ class TopologyAwarePolicy(Policy):
         return Admitted(request, kind, cpus, pool.name, need.milli if need.shares else 0)
 
     def _add(self, entry: Admitted) -> None:
-        req = entry.request
-        key = req.key
+        key = entry.request.key
         self.admitted[key] = entry
-        if entry.exclusive:
-            self._taken = self._taken | entry.exclusive
-            self._changed_taken()
-        pool = self._by_name.get(entry.pool)
-        if pool is not None:
-            shares = entry.kind in ("shared", "mixed")
-            for q in pool.chain:
-                self._members[q] += 1
-                if shares:
-                    self._granted[q] += entry.shared_milli
-                    self._sharing[q] += 1
-            self._pods.setdefault(req.pod_uid, {})[key] = pool.index
-        charges = self._charges_of(entry, pool)
-        for node, amount in charges.items():
-            self._used[node] += amount
-        self._charges[key] = charges
+        if self._ledger.add(entry, self._by_name.get(entry.pool)):
+            self._placement_cache.clear()  # every pool's shared CPUs may have changed
         self._placement_cache.pop(key, None)
 
     def _remove(self, entry: Admitted) -> None:
-        req = entry.request
-        key = req.key
-        if entry.exclusive:
-            self._taken = self._taken - entry.exclusive
-            self._changed_taken()
-        pool = self._by_name.get(entry.pool)
-        if pool is not None:
-            shares = entry.kind in ("shared", "mixed")
-            for q in pool.chain:
-                self._members[q] -= 1
-                if shares:
-                    self._granted[q] -= entry.shared_milli
-                    self._sharing[q] -= 1
-            pod = self._pods.get(req.pod_uid, {})
-            pod.pop(key, None)
-            if not pod:
-                self._pods.pop(req.pod_uid, None)
-        for node, amount in self._charges.pop(key, {}).items():
-            self._used[node] -= amount
+        key = entry.request.key
+        if self._ledger.remove(entry, self._by_name.get(entry.pool)):
+            self._placement_cache.clear()  # every pool's shared CPUs may have changed
         self._placement_cache.pop(key, None)
 
-    def _changed_taken(self) -> None:
-        # Every pool's shared CPUs may have changed, and with them every shared placement.
-        self._shared_cache.clear()
-        self._placement_cache.clear()
-
-    def _charges_of(self, entry: Admitted, pool: Pool | None) -> dict[int, int]:
-        amount = entry.request.memory_limit or entry.request.memory_request
-        if not amount or entry.kind == "preserved":
-            return {}
-        if entry.kind == "reserved":
-            nodes = self._reserved_mems
-        elif entry.kind in ("exclusive", "held"):
-            nodes = self._mems_of(entry.exclusive)
-        else:
-            assert pool is not None
-            nodes = pool.mems
-        return split_memory(self.topology, amount, nodes)
-
-    def _mems_of(self, cpus: CPUSet) -> CPUSet:
-        mems = self._mems_cache.get(cpus)
-        if mems is None:
-            if len(self._mems_cache) >= _MEMS_CACHE_LIMIT:
-                self._mems_cache.clear()
-            mems = self._mems_cache[cpus] = self.topology.memory_nodes_of_cpus(cpus)
-        return mems
-
     def _pinned(self, cpus: CPUSet) -> CPUSet | None:
-        return self._mems_of(cpus) if self.config.pinMemory and cpus else None
-
-
-def subject_of(request: ContainerRequest) -> Subject:
-    """What affinity rules can ask about a container."""
-    return Subject(
-        request.container,
-        request.namespace,
-        request.qos,
-        request.pod_name,
-        request.pod_uid,
-        dict(request.labels),
-    )
+        return self._ledger.mems_of(cpus) if self.config.pinMemory and cpus else None

@@ -23,7 +23,7 @@ from resource_contract.affinity import (
     parse_affinity,
     resolve_affinity,
 )
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 AFF = "resource-policy.nri.io/affinity"
 ANTI = "resource-policy.nri.io/anti-affinity"

@@ -20,7 +20,8 @@ from enforcer.controllers.blockio import (
     plan_writes,
     v2_weight,
 )
-from resource_contract.config import BlockIOConfig, ConfigError
+from resource_contract.class_config import BlockIOConfig
+from resource_contract.config import ConfigError
 
 SDA = BlockDevice(8, 0, "/dev/sda")
 SDB = BlockDevice(8, 16, "/dev/sdb")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from enforcer.controllers.cpuclass import CpuClassController
-from resource_contract.config import CPUClass
+from resource_contract.class_config import CPUClass
 from tests.support.fake_cpufreq import MACHINE, make_sysfs, read, snapshot
 
 TURBO = CPUClass(

@@ -18,7 +18,8 @@ from enforcer.controllers.errors import (
     UnknownClass,
 )
 from enforcer.controllers.rdt import RdtController
-from resource_contract.config import ConfigError, RDTConfig
+from resource_contract.class_config import RDTConfig
+from resource_contract.config import ConfigError
 from tests.support.fake_cgroup import make_v1, make_v2
 from tests.support.fake_resctrl import CacheShape, FakeResctrl, MbShape, ResctrlShape
 

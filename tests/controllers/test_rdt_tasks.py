@@ -12,7 +12,7 @@ import pytest
 from enforcer.controllers.errors import ApplyError
 from enforcer.controllers.rdt import RdtController
 from enforcer.controllers.rdt.controller import ASSIGN_ROUNDS
-from resource_contract.config import RDTConfig
+from resource_contract.class_config import RDTConfig
 from tests.support.fake_cgroup import make_v1, make_v2
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
 

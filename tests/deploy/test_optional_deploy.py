@@ -230,7 +230,7 @@ def patched(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 "resource-enforcer.dev/config-group": "gpu",
             },
         )
-        with api._lock:  # what a kubelet-registered Node carries besides
+        with api.lock:  # what a kubelet-registered Node carries besides
             node = api.nodes["node-a"]
             node["metadata"]["annotations"] = {
                 "node.alpha.kubernetes.io/ttl": "0",
@@ -250,7 +250,7 @@ def patched(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             )
         )
         reporter.flush(timeout=10)
-        with api._lock:
+        with api.lock:
             after = copy.deepcopy(api.nodes["node-a"])
     assert STATUS_ANNOTATION in after["metadata"]["annotations"]
     return before, after

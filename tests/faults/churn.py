@@ -10,8 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.faults.node import Node, Reaction
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.faults.cri_calls import Reaction
+from tests.faults.node import Node
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 MAX_SHARED = 4  # churned shared pods at most, besides the sentinels
 BACKOFF_SECONDS = 0.2

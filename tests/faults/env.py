@@ -28,7 +28,7 @@ from tests.faults.settings import SETTINGS
 from tests.faults.truth import Truth, online_cpus
 from tests.support.containerd import Leftovers, PrivateContainerd
 from tests.support.enforcer_process import EnforcerError, EnforcerProcess
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE
 
 START_TIMEOUT = 30.0
 

@@ -32,7 +32,8 @@ from tests.faults.node import Node
 from tests.faults.settings import Settings
 from tests.faults.status_table import Status, StatusError, read_status
 from tests.faults.truth import Seen, Truth
-from tests.support.kubelet import GUARANTEED, RunningPod
+from tests.support.kubelet import RunningPod
+from tests.support.kubelet_sends import GUARANTEED
 
 LOOK_PAUSE = 0.3
 

@@ -1,7 +1,8 @@
 """The fault suite's kubelet: pods started, retried and removed through the relay as kubelet
 does it, including what kubelet does after a CreateContainer whose outcome it never learnt.
 
-Built on tests.support.kubelet (which derives every CRI message as kubelet would). On top:
+Built on tests.support.kubelet (which derives every CRI message as kubelet would), with the
+answers' vocabulary (codes, retrying, reactions) in tests.faults.cri_calls. On top:
 
 * calls the relay or the runtime cannot answer (UNAVAILABLE, cut off) are retried, as kubelet's
   next sync would, for up to `RETRY_SECONDS`;
@@ -19,110 +20,45 @@ Built on tests.support.kubelet (which derives every CRI message as kubelet would
 from __future__ import annotations
 
 import contextlib
-import enum
 import itertools
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from enforcer.cri import api_pb2
+from tests.faults.cri_calls import (
+    CALL_TIMEOUT,
+    REFUSALS,
+    RETRY_PAUSE,
+    RETRY_SECONDS,
+    UNCERTAIN,
+    Code,
+    Outcome,
+    Reaction,
+    retrying,
+    transient,
+)
 from tests.faults.figures import KindFigures
 from tests.faults.truth import FAST_RECONNECT
 from tests.support.containerd import stuck_task
-from tests.support.kubelet import (
-    BEST_EFFORT,
-    BURSTABLE,
-    GUARANTEED,
-    KubeletEmulator,
-    RunningPod,
-    remove_pod_cgroups,
-)
+from tests.support.kubelet import KubeletEmulator, RunningPod, remove_pod_cgroups
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 from tests.support.pods import guaranteed, manifest, sleeper
 
-T = TypeVar("T")
 NAMESPACE = "faults"
 CONTAINER = "app"
-CALL_TIMEOUT = 15.0
-# How long kubelet's retries of a call the relay or the runtime cannot answer go on before the
-# suite gives up on that call (an enforcer restart takes about 1.5 s here).
-RETRY_SECONDS = 30.0
-RETRY_PAUSE = 0.1
-Code = grpc.StatusCode
-# Outcomes after which the call may or may not have happened.
-UNCERTAIN = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN})
-# Outcomes after which a call is worth repeating as it is.
-TRANSIENT = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED})
-# The enforcer's refusals: the pod cannot be placed as asked.
-REFUSALS = frozenset(
-    {
-        Code.RESOURCE_EXHAUSTED,
-        Code.INVALID_ARGUMENT,
-        Code.PERMISSION_DENIED,
-        Code.FAILED_PRECONDITION,
-    }
-)
 RESOURCES: dict[str, dict[str, Any] | None] = {
     GUARANTEED: guaranteed("1", "32Mi"),
     BURSTABLE: {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
     BEST_EFFORT: None,
 }
 PREFIX = {GUARANTEED: "g", BURSTABLE: "b", BEST_EFFORT: "e"}
-
-
-class Reaction(enum.Enum):
-    """What the emulated kubelet does after a CreateContainer whose outcome it does not know."""
-
-    RETRY_SAME = "retry-same"
-    RETRY_NEXT = "retry-next"
-    GIVE_UP = "give-up"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an attempt to start a pod ended."""
-
-    pod: RunningPod | None  # the pod, running, when it started
-    code: Code | None = None  # else the refusal or failure
-    details: str = ""
-
-    @property
-    def started(self) -> bool:
-        return self.pod is not None
-
-
-class NodeError(RuntimeError):
-    """A call kept failing beyond kubelet's patience."""
-
-
-def transient(exc: grpc.RpcError) -> bool:
-    """An answer worth repeating the call for: the relay or the runtime is away or starting
-    (containerd answers UNKNOWN "server is not initialized yet" for a moment after it starts)."""
-    return exc.code() in TRANSIENT or (
-        exc.code() == Code.UNKNOWN and "not initialized" in (exc.details() or "")
-    )
-
-
-def _retrying(call: Callable[[], T], *, gone_ok: bool = False) -> T | None:
-    """`call`, retried while the relay or the runtime cannot answer; with `gone_ok`, NOT_FOUND
-    counts as done (None)."""
-    deadline = time.monotonic() + RETRY_SECONDS
-    while True:
-        try:
-            return call()
-        except grpc.RpcError as exc:
-            if gone_ok and exc.code() == Code.NOT_FOUND:
-                return None
-            if transient(exc) and time.monotonic() < deadline:
-                time.sleep(RETRY_PAUSE)
-                continue
-            raise
 
 
 class Node:
@@ -173,7 +109,7 @@ class Node:
 
     def run_sandbox(self, pod: dict[str, Any]) -> RunningPod | None:
         try:
-            running = _retrying(lambda: self.kubelet.run_pod_sandbox(pod))
+            running = retrying(lambda: self.kubelet.run_pod_sandbox(pod))
         except grpc.RpcError:
             return None  # a sandbox that was made all the same goes at the next GC
         assert running is not None
@@ -349,12 +285,12 @@ class Node:
         request = api_pb2.ListContainersRequest(
             filter=api_pb2.ContainerFilter(label_selector={"io.kubernetes.pod.uid": pod.uid})
         )
-        answer = _retrying(lambda: self.runtime.ListContainers(request, timeout=CALL_TIMEOUT))
+        answer = retrying(lambda: self.runtime.ListContainers(request, timeout=CALL_TIMEOUT))
         assert answer is not None
         return list(answer.containers)
 
     def _remove_container(self, container_id: str) -> None:
-        _retrying(
+        retrying(
             lambda: self.runtime.StopContainer(
                 api_pb2.StopContainerRequest(container_id=container_id, timeout=0),
                 timeout=CALL_TIMEOUT,
@@ -363,13 +299,13 @@ class Node:
         )
         remove = api_pb2.RemoveContainerRequest(container_id=container_id)
         try:
-            _retrying(
+            retrying(
                 lambda: self.runtime.RemoveContainer(remove, timeout=CALL_TIMEOUT), gone_ok=True
             )
         except grpc.RpcError as exc:
             if not self._stuck_task_deleted(container_id, exc):
                 raise
-            _retrying(
+            retrying(
                 lambda: self.runtime.RemoveContainer(remove, timeout=CALL_TIMEOUT), gone_ok=True
             )
 
@@ -382,7 +318,7 @@ class Node:
             return False
         if "running task" not in (exc.details() or ""):
             return False
-        answer = _retrying(
+        answer = retrying(
             lambda: self.runtime.ContainerStatus(
                 api_pb2.ContainerStatusRequest(container_id=container_id), timeout=CALL_TIMEOUT
             )
@@ -396,13 +332,13 @@ class Node:
         return True
 
     def _remove_sandbox(self, sandbox_id: str) -> None:
-        _retrying(
+        retrying(
             lambda: self.runtime.StopPodSandbox(
                 api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT
             ),
             gone_ok=True,
         )
-        _retrying(
+        retrying(
             lambda: self.runtime.RemovePodSandbox(
                 api_pb2.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT
             ),
@@ -458,7 +394,7 @@ class Node:
         with self._lock:
             wanted = {p.sandbox_id for p in self.pods.values()}
             current = {cid for p in self.pods.values() for cid in p.containers.values()}
-        listed = _retrying(
+        listed = retrying(
             lambda: self.runtime.ListContainers(
                 api_pb2.ListContainersRequest(filter=api_pb2.ContainerFilter()),
                 timeout=CALL_TIMEOUT,
@@ -470,7 +406,7 @@ class Node:
                 c.id not in current and c.state != api_pb2.CONTAINER_RUNNING
             ):
                 self._remove_container(c.id)
-        sandboxes = _retrying(
+        sandboxes = retrying(
             lambda: self.runtime.ListPodSandbox(
                 api_pb2.ListPodSandboxRequest(), timeout=CALL_TIMEOUT
             )

@@ -8,9 +8,10 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
-from tests.faults.node import Reaction
+from tests.faults.cri_calls import Reaction
 from tests.faults.settings import count_id, fault_count
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED, RunningPod
+from tests.support.kubelet import RunningPod
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "cancelled-create"
 # Creating a container through the relay takes 10-40 ms here; cut off after 1-12 ms, a call

@@ -15,7 +15,7 @@ from tests.faults.env import FaultEnv
 from tests.faults.figures import OTHER
 from tests.faults.settings import SETTINGS, count_id, fault_count
 from tests.faults.status_table import StatusError, read_status
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "changed-config"
 

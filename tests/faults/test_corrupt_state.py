@@ -13,7 +13,7 @@ import pytest
 from tests.faults.conftest import EnvFactory
 from tests.faults.corruption import VARIANTS, corrupt
 from tests.faults.settings import count_id, fault_count
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "corrupt-state"
 

@@ -33,10 +33,11 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
+from tests.faults.cri_calls import Reaction
 from tests.faults.env import FaultEnv
-from tests.faults.node import Reaction
 from tests.faults.settings import count_id, fault_count
-from tests.support.kubelet import GUARANTEED, RunningPod
+from tests.support.kubelet import RunningPod
+from tests.support.kubelet_sends import GUARANTEED
 
 KIND = "power-cut"
 LOST, TORN, KEPT, MID_CREATE = "record lost", "record torn", "record kept", "cut mid-create"

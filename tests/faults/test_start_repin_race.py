@@ -13,10 +13,11 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
+from tests.faults.cri_calls import Reaction
 from tests.faults.env import FaultEnv
-from tests.faults.node import Reaction
 from tests.faults.settings import count_id, fault_count
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED, RunningPod
+from tests.support.kubelet import RunningPod
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "start-repin-race"
 RACERS = 3  # shared containers started in each race

@@ -11,12 +11,12 @@ import grpc
 import pytest
 
 from tests.faults.conftest import EnvFactory
+from tests.faults.cri_calls import Reaction
 from tests.faults.env import FaultEnv
 from tests.faults.figures import OTHER
-from tests.faults.node import Reaction
 from tests.faults.settings import count_id, fault_count
 from tests.faults.state_dir import TmpfsStateDir
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 KIND = "state-write"
 FULL = "file system full"

@@ -21,7 +21,8 @@ from enforcer.cri import api_pb2, api_pb2_grpc
 from tests.faults.figures import KindFigures
 from tests.faults.node import Node
 from tests.support.containerd import PrivateContainerd
-from tests.support.kubelet import BURSTABLE, RunningPod
+from tests.support.kubelet import RunningPod
+from tests.support.kubelet_sends import BURSTABLE
 
 
 def task_status(containerd: PrivateContainerd, container_id: str) -> str | None:

@@ -15,7 +15,7 @@ import grpc
 
 from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.topology import CPUSet
-from tests.support.kubelet import BEST_EFFORT, BURSTABLE, GUARANTEED
+from tests.support.kubelet_sends import BEST_EFFORT, BURSTABLE, GUARANTEED
 
 # Short reconnect backoffs: containerd and the relay are restarted under the suite's channels.
 FAST_RECONNECT: tuple[tuple[str, int], ...] = (

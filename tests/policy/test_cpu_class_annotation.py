@@ -12,9 +12,9 @@ import yaml
 
 from enforcer.policy import make_policy
 from enforcer.topology import CPUSet
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
+from tests.policy.tasupport import MACHINE, policy, req
 from tests.policy.test_plan_workloads import run_plan
-from tests.policy.test_topology_aware import MACHINE, policy, req
 
 ANNOTATION = "cpuclass.resource-enforcer.dev"
 

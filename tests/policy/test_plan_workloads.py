@@ -29,6 +29,7 @@ ROW_KEYS = [
     "rdtClass",
     "blockioClass",
     "balloon",
+    "cpuClass",
     "error",
 ]
 

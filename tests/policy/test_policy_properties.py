@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, Policy, TopologyAwarePolicy, make_policy
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 GiB = 1 << 30
 SNAPSHOTS = [

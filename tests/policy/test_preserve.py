@@ -11,7 +11,7 @@ from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, Policy, make_policy
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
 ALL = MACHINE.online

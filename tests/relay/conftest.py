@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import grpc
 import pytest
+from h2peer import Peer
 from relay_harness import GRPC_OPTIONS, FakeUpstream, RelayThread
 
 from enforcer.relay.h2 import Interceptor, TapFactory
@@ -70,3 +71,18 @@ def channel_factory() -> Iterator[Callable[[str], grpc.Channel]]:
 @pytest.fixture
 def channel(relay: RelayThread, channel_factory: Callable[[str], grpc.Channel]) -> grpc.Channel:
     return channel_factory(relay.socket_path)
+
+
+@pytest.fixture
+def client(relay: RelayThread) -> Iterator[Callable[..., Peer]]:
+    """Makes raw HTTP/2 client peers of the relay (closed at the end of the test)."""
+    peers: list[Peer] = []
+
+    def make(settings: dict[int, int] | None = None) -> Peer:
+        peer = Peer.client(relay.socket_path, settings)
+        peers.append(peer)
+        return peer
+
+    yield make
+    for p in peers:
+        p.close()

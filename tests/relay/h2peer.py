@@ -171,3 +171,8 @@ class Server:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def data_of(frames: list[fr.Wire], sid: int) -> bytes:
+    """The DATA payload of stream `sid` in `frames`, joined."""
+    return b"".join(f[3] for f in frames if f[0] == fr.DATA and f[2] == sid)

@@ -26,6 +26,12 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", BIG),
     ("grpc.max_metadata_size", 1 << 20),
 ]
+ECHO = "/test.Svc/Echo"
+
+
+def unary(channel: grpc.Channel, path: str = ECHO) -> grpc.UnaryUnaryMultiCallable:
+    """A raw-bytes unary method of `channel`."""
+    return channel.unary_unary(path)
 
 
 @dataclass

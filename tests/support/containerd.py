@@ -30,21 +30,20 @@ from types import TracebackType
 from typing import Any
 
 from tests.support import images
+from tests.support.containerd_config import overlayfs_works, render_config, snapshotter_from_config
+from tests.support.host_cleanup import (
+    existing_pod_cgroups,
+    kill_group,
+    pids,
+    remove_new_pod_cgroups,
+    remove_pod_cgroups_of,
+    unmount_under,
+)
 
 REQUIRED_BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
-# Snapshotters that cannot work in a temporary folder on ext4; disabling them also keeps their
-# noisy start-up errors out of the log.
-_DISABLED_PLUGINS = (
-    "io.containerd.snapshotter.v1.aufs",
-    "io.containerd.snapshotter.v1.btrfs",
-    "io.containerd.snapshotter.v1.zfs",
-    "io.containerd.snapshotter.v1.devmapper",
-)
 # containerd 1.6 always puts shim sockets in /run/containerd/s (named by a hash of our socket
 # path, so no clash); we remove these folders again if they were not there before.
 _SHIM_SOCKET_DIRS = ("/run/containerd/s", "/run/containerd")
-# Parents of the pod cgroups that kubelet (and so the emulator) uses with the cgroupfs driver.
-_KUBEPODS = ("kubepods", "kubepods/burstable", "kubepods/besteffort")
 # The containerd namespace the CRI plugin keeps its containers in.
 CRI_NAMESPACE = "k8s.io"
 
@@ -90,110 +89,6 @@ def containerd_available() -> str | None:
     if not Path("/sys/fs/cgroup").is_dir():
         return "no cgroup file system at /sys/fs/cgroup"
     return None
-
-
-def overlayfs_works(folder: str | os.PathLike[str]) -> bool:
-    """Whether an overlay mount works on the file system holding ``folder``."""
-    probe = Path(tempfile.mkdtemp(prefix="overlay-probe-", dir=folder))
-    try:
-        for d in ("lower", "upper", "work", "merged"):
-            (probe / d).mkdir()
-        opts = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
-        mounted = subprocess.run(
-            ["mount", "-t", "overlay", "overlay", "-o", opts, str(probe / "merged")],
-            capture_output=True,
-            timeout=10,
-        )
-        if mounted.returncode != 0:
-            return False
-        subprocess.run(["umount", str(probe / "merged")], capture_output=True, timeout=10)
-        return True
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
-
-
-def _toml_str(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def render_config(
-    workdir: Path,
-    socket: Path,
-    snapshotter: str,
-    sandbox_image: str = images.PAUSE_IMAGE,
-    *,
-    runc_binary: str | None = None,
-    extra: str = "",
-) -> str:
-    """containerd config.toml (version 2) for a private instance living in ``workdir``.
-
-    ``runc_binary``: the runc the shim runs (containerd 1.7 from trixie must use bookworm's own
-    runc). ``extra``: more TOML appended at the end (the NRI section of a containerd 1.7).
-    """
-    q = _toml_str
-    cri = '[plugins."io.containerd.grpc.v1.cri"'
-    disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
-    binary_name = f"\n          BinaryName = {q(runc_binary)}" if runc_binary else ""
-    return f"""\
-# Written by tests.support.containerd: a private containerd for tests and the demo.
-version = 2
-root = {q(str(workdir / "root"))}
-state = {q(str(workdir / "state"))}
-disabled_plugins = [{disabled}]
-# 0: leave containerd's own oom_score alone (lowering it is not permitted here).
-oom_score = 0
-
-[grpc]
-  address = {q(str(socket))}
-
-# Its own ttrpc socket, or it would collide with a system containerd.
-[ttrpc]
-  address = {q(str(socket) + ".ttrpc")}
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = {q(str(workdir / "opt"))}
-
-  {cri}]
-    sandbox_image = {q(sandbox_image)}
-    # Without this runc fails here: lowering oom_score_adj is not permitted.
-    restrict_oom_score_adj = true
-    # Port 0: the exec/attach streaming server picks a free port.
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    disable_tcp_service = true
-    # apparmor is not available here; never try to load a profile.
-    disable_apparmor = true
-    enable_selinux = false
-    systemd_cgroup = false
-
-    {cri}.cni]
-      # No CNI plugin: pods run with host networking. Private, empty folders so that a
-      # system CNI configuration is never picked up.
-      bin_dir = {q(str(workdir / "cni" / "bin"))}
-      conf_dir = {q(str(workdir / "cni" / "net.d"))}
-
-    {cri}.containerd]
-      snapshotter = {q(snapshotter)}
-      default_runtime_name = "runc"
-
-      {cri}.containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-
-        {cri}.containerd.runtimes.runc.options]
-          # cgroupfs driver: container cgroup = <cgroup parent>/<container id>.
-          SystemdCgroup = false
-          # Own runc state folder, apart from a system containerd's /run/containerd/runc.
-          Root = {q(str(workdir / "runc"))}{binary_name}
-{extra}"""
 
 
 class PrivateContainerd:
@@ -307,7 +202,7 @@ class PrivateContainerd:
         if reason:
             raise ContainerdError(f"cannot run containerd here: {reason}")
         if self._cgroups_before is None:
-            self._cgroups_before = _existing_pod_cgroups()
+            self._cgroups_before = existing_pod_cgroups()
             self._run_dirs_before = {d for d in _SHIM_SOCKET_DIRS if os.path.isdir(d)}
         if not self.config_path.exists():
             for d in ("root", "state", "opt", "runc", "cni/bin", "cni/net.d", "images", "pods"):
@@ -316,7 +211,7 @@ class PrivateContainerd:
                 self.snapshotter = "overlayfs" if overlayfs_works(self.workdir) else "native"
             self.config_path.write_text(self.render())
         elif self.snapshotter is None:
-            self.snapshotter = _snapshotter_from_config(self.config_path.read_text())
+            self.snapshotter = snapshotter_from_config(self.config_path.read_text())
 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket)  # a stale socket from a killed run would fool the wait
@@ -352,7 +247,7 @@ class PrivateContainerd:
         """
         proc, self._proc = self._proc, None
         if proc is not None:
-            _kill_group(proc, timeout)
+            kill_group(proc, timeout)
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
@@ -372,8 +267,8 @@ class PrivateContainerd:
                     self.remove_all_pods()
             self.stop()
             self._kill_leftovers()
-            _unmount_under(self.workdir)
-            _remove_new_pod_cgroups(self._cgroups_before or set())
+            unmount_under(self.workdir)
+            remove_new_pod_cgroups(self._cgroups_before or set())
             for d in _SHIM_SOCKET_DIRS:
                 if d not in self._run_dirs_before:
                     with contextlib.suppress(OSError):
@@ -465,7 +360,7 @@ class PrivateContainerd:
                     stub.RemovePodSandbox(
                         api_pb2.RemovePodSandboxRequest(pod_sandbox_id=s.id), timeout=timeout
                     )
-                _remove_pod_cgroups_of(s.metadata.uid)
+                remove_pod_cgroups_of(s.metadata.uid)
         return left
 
     def _wait_ready(self) -> None:
@@ -523,7 +418,7 @@ class PrivateContainerd:
     def _kill_leftovers(self) -> None:
         """Last resort after a failed cleanup: shims serving our socket and runc containers."""
         marker = self.socket.encode()
-        for pid in _pids():
+        for pid in pids():
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -542,92 +437,3 @@ class PrivateContainerd:
                     capture_output=True,
                     timeout=30,
                 )
-
-
-def _snapshotter_from_config(text: str) -> str:
-    for line in text.splitlines():
-        key, _, value = line.strip().partition("=")
-        if key.strip() == "snapshotter":
-            return value.strip().strip('"')
-    return "overlayfs"
-
-
-def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait)
-    # Whatever else was left in the group (helpers forked by containerd).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _unmount_under(folder: Path) -> None:
-    """Lazily unmount anything still mounted below ``folder`` (rootfs, shm), deepest first."""
-    prefix = str(folder.resolve()) + "/"
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return
-    points = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4:
-            point = fields[4].replace("\\040", " ")
-            if point.startswith(prefix):
-                points.append(point)
-    for point in sorted(points, key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, timeout=10)
-
-
-def _cgroup_hierarchies(cgroupfs_root: str = "/sys/fs/cgroup") -> list[Path]:
-    root = Path(cgroupfs_root)
-    try:
-        # "unified" too: in hybrid mode runc also makes the folders in the v2 hierarchy.
-        return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return []
-
-
-def _existing_pod_cgroups() -> set[str]:
-    """Every kubepods cgroup folder that exists now, so that close() leaves them alone."""
-    found = set()
-    for ctrl in _cgroup_hierarchies():
-        for rel in _KUBEPODS:
-            d = ctrl / rel
-            if d.is_dir():
-                found.add(str(d))
-                found.update(str(p) for p in d.glob("pod*") if p.is_dir())
-    return found
-
-
-def _remove_pod_cgroups_of(uid: str) -> None:
-    """rmdir the pod-level cgroup folders kubelet would have removed (runc leaves them)."""
-    if not uid:
-        return
-    for ctrl in _cgroup_hierarchies():
-        for rel in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
-            with contextlib.suppress(OSError):
-                (ctrl / rel / f"pod{uid}").rmdir()
-
-
-def _remove_new_pod_cgroups(before: set[str]) -> None:
-    """rmdir the empty kubepods folders that appeared while we ran, deepest first."""
-    for ctrl in _cgroup_hierarchies():
-        candidates = []
-        for rel in _KUBEPODS:
-            d = ctrl / rel
-            if d.is_dir():
-                candidates.append(d)
-                candidates.extend(p for p in d.glob("pod*") if p.is_dir())
-        for d in sorted(candidates, key=lambda p: len(p.parts), reverse=True):
-            if str(d) not in before:
-                with contextlib.suppress(OSError):
-                    d.rmdir()

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 from tests.support import images
-from tests.support.containerd import ContainerdError, PrivateContainerd, _pids, _toml_str
+from tests.support.containerd import ContainerdError, PrivateContainerd
+from tests.support.containerd_config import toml_str
+from tests.support.host_cleanup import pids
 from tests.support.registry import LocalRegistry, registry_available
 from tests.support.runtimes import REPO, _cache
 
@@ -101,7 +103,7 @@ class PrivateCrio(PrivateContainerd):
         )
 
     def render(self) -> str:
-        w, q = self.workdir, _toml_str
+        w, q = self.workdir, toml_str
         for d in ("crio.conf.d", "nri/plugins", "nri/conf.d", "exits", "attach", "ns", "logs"):
             (w / d).mkdir(parents=True, exist_ok=True)
         driver = "overlay" if self.snapshotter == "overlayfs" else "vfs"
@@ -207,7 +209,7 @@ enable_metrics = false
 
     def _kill_leftovers(self) -> None:
         marker = str(self.workdir).encode()
-        for pid in _pids():
+        for pid in pids():
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:

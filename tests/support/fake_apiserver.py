@@ -29,40 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import queue
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 from tests.support.crd_schema import CustomResource, served_versions
-
-TOKEN = "fake-apiserver-token"
+from tests.support.fake_apiserver_http import TOKEN, handler_for, status_body
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -79,7 +63,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 @dataclass
-class _Watch:
+class Watch:
     namespace: str
     events: queue.Queue[dict[str, Any] | None] = field(default_factory=queue.Queue)
 
@@ -106,12 +90,12 @@ class FakeAPIServer:
         self.custom_writes: list[tuple[float, str, str, int]] = []
         self.refusals: list[dict[str, Any]] = []
         self.warnings: list[str] = []
-        self._watches: list[_Watch] = []
-        self._lock = threading.RLock()
+        self._watches: list[Watch] = []
+        self.lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._conns: set[socket.socket] = set()
-        self._closing = threading.Event()
+        self.connections: set[socket.socket] = set()
+        self.closing = threading.Event()
 
     # -- running -------------------------------------------------------------------------------
 
@@ -124,8 +108,8 @@ class FakeAPIServer:
         return self._server is not None
 
     def start(self) -> FakeAPIServer:
-        self._closing.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
+        self.closing.clear()
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), handler_for(self))
         server.daemon_threads = True
         self.port = server.server_address[1]
         self._server = server
@@ -141,14 +125,14 @@ class FakeAPIServer:
         if server is None:
             return
         self._server = None
-        self._closing.set()
+        self.closing.set()
         server.shutdown()
         server.server_close()
-        with self._lock:
+        with self.lock:
             for w in self._watches:
                 w.events.put(None)
             self._watches.clear()
-            conns, self._conns = list(self._conns), set()
+            conns, self.connections = list(self.connections), set()
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -187,7 +171,7 @@ class FakeAPIServer:
                 w.events.put({"type": kind, "object": copy.deepcopy(obj)})
 
     def put_configmap(self, namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             old = self.configmaps.get((namespace, name))
             obj = {
                 "apiVersion": "v1",
@@ -206,13 +190,13 @@ class FakeAPIServer:
             return copy.deepcopy(obj)
 
     def delete_configmap(self, namespace: str, name: str) -> None:
-        with self._lock:
+        with self.lock:
             obj = self.configmaps.pop((namespace, name))
             obj["metadata"]["resourceVersion"] = self._bump()
             self._record("DELETED", obj)
 
     def put_node(self, name: str, labels: dict[str, str] | None = None) -> None:
-        with self._lock:
+        with self.lock:
             node = self.nodes.get(name) or {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -229,7 +213,7 @@ class FakeAPIServer:
 
     def delete_node(self, name: str) -> None:
         """Deletes a Node, and (as the garbage collector does) every custom object it owns."""
-        with self._lock:
+        with self.lock:
             node = self.nodes.pop(name)
             uid = node["metadata"]["uid"]
             for objects in self.custom.values():
@@ -243,7 +227,7 @@ class FakeAPIServer:
         if not isinstance(crd, dict):
             docs = [d for d in yaml.safe_load_all(Path(crd).read_text()) if d]
             (crd,) = [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
-        with self._lock:
+        with self.lock:
             for served in served_versions(crd):
                 if served.namespaced:
                     raise NotImplementedError("only cluster-scoped custom resources are served")
@@ -251,18 +235,18 @@ class FakeAPIServer:
                 self.custom.setdefault((served.group, served.plural), {})
 
     def custom_object(self, group: str, plural: str, name: str) -> dict[str, Any] | None:
-        with self._lock:
+        with self.lock:
             obj = self.custom.get((group, plural), {}).get(name)
             return copy.deepcopy(obj)
 
     def annotation(self, node: str, key: str) -> str | None:
-        with self._lock:
+        with self.lock:
             return (self.nodes[node]["metadata"].get("annotations") or {}).get(key)
 
     def expire(self) -> None:
         """Compacts the history up to now and ends every open watch: a client resuming from a
         version it saw before gets 410 Gone."""
-        with self._lock:
+        with self.lock:
             self.compacted = self.rv + 1
             self.history.clear()
             for w in self._watches:
@@ -270,13 +254,13 @@ class FakeAPIServer:
             self._watches.clear()
 
     def count(self, method: str, prefix: str) -> int:
-        with self._lock:
+        with self.lock:
             return sum(1 for m, p in self.requests if m == method and p.startswith(prefix))
 
     # -- API -------------------------------------------------------------------------------------
 
     def list_configmaps(self, namespace: str) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             items = [
                 copy.deepcopy(o)
                 for (ns, _), o in sorted(self.configmaps.items())
@@ -291,10 +275,10 @@ class FakeAPIServer:
 
     def open_watch(
         self, namespace: str, since: str | None
-    ) -> tuple[_Watch | None, list[dict[str, Any]]]:
+    ) -> tuple[Watch | None, list[dict[str, Any]]]:
         """The events to replay and the watch for what follows; (None, [error]) when `since`
         was compacted away."""
-        with self._lock:
+        with self.lock:
             replay: list[dict[str, Any]] = []
             if not since or since == "0":
                 for (ns, _), obj in sorted(self.configmaps.items()):
@@ -304,21 +288,21 @@ class FakeAPIServer:
                 start = int(since)
                 if start < self.compacted:
                     message = f"too old resource version: {start} ({self.compacted})"
-                    return None, [{"type": "ERROR", "object": _status(410, "Expired", message)}]
+                    return None, [{"type": "ERROR", "object": status_body(410, "Expired", message)}]
                 for rv, kind, obj in self.history:
                     if rv > start and obj["metadata"].get("namespace") == namespace:
                         replay.append({"type": kind, "object": copy.deepcopy(obj)})
-            w = _Watch(namespace)
+            w = Watch(namespace)
             self._watches.append(w)
             return w, replay
 
-    def close_watch(self, w: _Watch) -> None:
-        with self._lock:
+    def close_watch(self, w: Watch) -> None:
+        with self.lock:
             if w in self._watches:
                 self._watches.remove(w)
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        with self._lock:
+        with self.lock:
             node = self.nodes.get(name)
             if node is None:
                 return None
@@ -340,14 +324,14 @@ class FakeAPIServer:
     ) -> tuple[int, dict[str, Any], list[str]]:
         """A create (POST), replace (PUT) or merge patch (PATCH) of a custom object, decided as
         the API server decides it: (code, body, warnings)."""
-        with self._lock:
+        with self.lock:
             objects = self.custom[(served.group, served.plural)]
             old = objects.get(name) if name else None
             what = f"{served.plural}.{served.group}"
             if method in ("PUT", "PATCH") and old is None:
-                return 404, _status(404, "NotFound", f'{what} "{name}" not found'), []
+                return 404, status_body(404, "NotFound", f'{what} "{name}" not found'), []
             if not isinstance(body, dict):
-                return 400, _status(400, "BadRequest", "the body must be a JSON object"), []
+                return 400, status_body(400, "BadRequest", "the body must be a JSON object"), []
             if method == "PATCH":
                 assert old is not None
                 body = merge_patch(old, body)
@@ -357,7 +341,7 @@ class FakeAPIServer:
             checked = served.schema.check(body)
             if checked.unknown and field_validation == "Strict":
                 fields = ", ".join(f'unknown field "{f}"' for f in checked.unknown)
-                return 400, _status(400, "BadRequest", f"strict decoding error: {fields}"), []
+                return 400, status_body(400, "BadRequest", f"strict decoding error: {fields}"), []
             warnings = (
                 [f'unknown field "{f}"' for f in checked.unknown]
                 if field_validation != "Ignore"
@@ -370,7 +354,7 @@ class FakeAPIServer:
                     for c in checked.causes
                 ]
                 listed = ", ".join(c.message for c in checked.causes)
-                status = _status(
+                status = status_body(
                     422,
                     "Invalid",
                     f'{served.kind}.{served.group} "{obj_name}" is invalid: [{listed}]',
@@ -387,7 +371,7 @@ class FakeAPIServer:
             if old is None:
                 if obj_name in objects:
                     message = f'{what} "{obj_name}" already exists'
-                    return 409, _status(409, "AlreadyExists", message), warnings
+                    return 409, status_body(409, "AlreadyExists", message), warnings
                 meta["uid"] = str(uuid.uuid4())
                 meta["creationTimestamp"] = _now()
                 meta["generation"] = 1
@@ -418,13 +402,13 @@ class FakeAPIServer:
                 f"({body.get('kind')}) do not match the expected {served.api_version} "
                 f"{served.kind}"
             )
-            return 400, _status(400, "BadRequest", message)
+            return 400, status_body(400, "BadRequest", message)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             return 0, None  # the schema check names it
         if method == "POST" and meta.get("resourceVersion"):
             message = "resourceVersion should not be set on objects to be created"
-            return 400, _status(400, "BadRequest", message)
+            return 400, status_body(400, "BadRequest", message)
         if method in ("PUT", "PATCH"):
             assert old is not None
             if meta.get("name") != name:
@@ -432,10 +416,10 @@ class FakeAPIServer:
                     f"the name of the object ({meta.get('name')}) does not match the name "
                     f"on the URL ({name})"
                 )
-                return 400, _status(400, "BadRequest", message)
+                return 400, status_body(400, "BadRequest", message)
             rv = meta.get("resourceVersion")
             if method == "PUT" and not rv:
-                status = _status(
+                status = status_body(
                     422,
                     "Invalid",
                     f'{served.kind}.{served.group} "{name}" is invalid: metadata.'
@@ -448,15 +432,15 @@ class FakeAPIServer:
                     " the object has been modified; please apply your changes to the latest "
                     "version and try again"
                 )
-                return 409, _status(409, "Conflict", message)
+                return 409, status_body(409, "Conflict", message)
         return 0, None
 
     def delete_custom(self, served: CustomResource, name: str) -> tuple[int, dict[str, Any]]:
-        with self._lock:
+        with self.lock:
             objects = self.custom[(served.group, served.plural)]
             if objects.pop(name, None) is None:
                 what = f"{served.plural}.{served.group}"
-                return 404, _status(404, "NotFound", f'{what} "{name}" not found')
+                return 404, status_body(404, "NotFound", f'{what} "{name}" not found')
             self._bump()
             return 200, {
                 "kind": "Status",
@@ -467,7 +451,7 @@ class FakeAPIServer:
             }
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             meta = event.setdefault("metadata", {})
             if not meta.get("name"):
                 meta["name"] = meta.get("generateName", "event.") + uuid.uuid4().hex[:5]
@@ -477,244 +461,3 @@ class FakeAPIServer:
             meta["creationTimestamp"] = _now()
             self.events.append(copy.deepcopy(event))
             return event
-
-
-def _handler(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive and chunked watches, as the real one
-
-        def setup(self) -> None:
-            super().setup()
-            with api._lock:
-                api._conns.add(self.connection)
-
-        def finish(self) -> None:
-            with api._lock:
-                api._conns.discard(self.connection)
-            with contextlib.suppress(OSError):
-                super().finish()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, code: int, body: dict[str, Any], warnings: Sequence[str] = ()) -> None:
-            payload = json.dumps(body).encode()
-            self.send_response(code)
-            for warning in warnings:
-                self.send_header("Warning", warning)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def _not_found(self, what: str) -> None:
-            self._send(404, _status(404, "NotFound", f"{what} not found"))
-
-        def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(length) or b"null")
-
-        def _route(self, method: str) -> None:
-            url = urlsplit(self.path)
-            with api._lock:
-                api.requests.append((method, self.path))
-            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                self._send(401, _status(401, "Unauthorized", "Unauthorized"))
-                return
-            parts = url.path.strip("/").split("/")
-            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            if parts[0] == "apis" and len(parts) in (4, 5):
-                self._custom(method, parts[1:], query)
-                return
-            if parts[:2] != ["api", "v1"]:
-                self._not_found(url.path)
-                return
-            rest = parts[2:]
-            if (
-                method == "GET"
-                and len(rest) == 3
-                and rest[0] == "namespaces"
-                and rest[2] == "configmaps"
-            ):
-                self._configmaps(rest[1], query)
-            elif len(rest) == 2 and rest[0] == "nodes" and method in ("GET", "PATCH"):
-                self._node(method, rest[1])
-            elif (
-                method == "POST"
-                and len(rest) == 3
-                and rest[0] == "namespaces"
-                and rest[2] == "events"
-            ):
-                self._send(201, api.create_event(rest[1], self._body()))
-            else:
-                self._not_found(url.path)
-
-        def do_GET(self) -> None:
-            self._route("GET")
-
-        def do_PATCH(self) -> None:
-            self._route("PATCH")
-
-        def do_POST(self) -> None:
-            self._route("POST")
-
-        def do_PUT(self) -> None:
-            self._route("PUT")
-
-        def do_DELETE(self) -> None:
-            self._route("DELETE")
-
-        def _custom(self, method: str, parts: list[str], query: dict[str, str]) -> None:
-            group, version, plural = parts[:3]
-            name = parts[3] if len(parts) == 4 else None
-            with api._lock:
-                served = api.crds.get((group, version, plural))
-            if served is None:
-                message = "the server could not find the requested resource"
-                self._send(404, _status(404, "NotFound", message))
-                return
-            if method == "GET":
-                with api._lock:
-                    objects = api.custom[(group, plural)]
-                    if name is None:
-                        items = [copy.deepcopy(o) for _, o in sorted(objects.items())]
-                        body = {
-                            "apiVersion": served.api_version,
-                            "kind": f"{served.kind}List",
-                            "metadata": {"resourceVersion": str(api.rv)},
-                            "items": items,
-                        }
-                        self._send(200, body)
-                        return
-                    obj = copy.deepcopy(objects.get(name))
-                if obj is None:
-                    self._not_found(f'{plural}.{group} "{name}"')
-                else:
-                    obj["apiVersion"] = served.api_version  # served in the asked version
-                    self._send(200, obj)
-                return
-            if method == "DELETE" and name is not None:
-                code, body = api.delete_custom(served, name)
-                self._send(code, body)
-                return
-            if (method == "POST") != (name is None) or method not in ("POST", "PUT", "PATCH"):
-                self._send(405, _status(405, "MethodNotAllowed", f"{method} not allowed"))
-                return
-            if method == "PATCH":
-                ctype = self.headers.get("Content-Type", "")
-                if ctype != "application/merge-patch+json":
-                    # Custom resources take no strategic merge patch.
-                    message = f"the body of the request was in an unknown format - {ctype}"
-                    self._send(415, _status(415, "UnsupportedMediaType", message))
-                    return
-            try:
-                body = self._body()
-            except ValueError as exc:
-                self._send(400, _status(400, "BadRequest", f"invalid JSON: {exc}"))
-                return
-            validation = query.get("fieldValidation") or "Warn"
-            code, answer, warnings = api.write_custom(served, method, name, body, validation)
-            written = (answer.get("metadata") or {}).get("name") or name or ""
-            with api._lock:
-                api.custom_writes.append((time.monotonic(), method, written, code))
-                api.warnings += warnings
-                if code >= 400:
-                    api.refusals.append(answer)
-            self._send(code, answer, [f'299 - "{w}"' for w in warnings])
-
-        def _node(self, method: str, name: str) -> None:
-            if method == "GET":
-                with api._lock:
-                    node = copy.deepcopy(api.nodes.get(name))
-                if node is None:
-                    self._not_found(f'nodes "{name}"')
-                else:
-                    self._send(200, node)
-                return
-            ctype = self.headers.get("Content-Type", "")
-            if ctype not in (
-                "application/merge-patch+json",
-                "application/strategic-merge-patch+json",
-            ):
-                self._send(415, _status(415, "UnsupportedMediaType", f"not supported: {ctype}"))
-                return
-            patch = self._body()
-            with api._lock:
-                if api.fail_patches > 0:
-                    api.fail_patches -= 1
-                    self._send(500, _status(500, "InternalError", "injected failure"))
-                    return
-            node = api.patch_node(name, patch)
-            if node is None:
-                self._not_found(f'nodes "{name}"')
-            else:
-                self._send(200, node)
-
-        def _configmaps(self, namespace: str, query: dict[str, str]) -> None:
-            if query.get("watch") not in ("1", "true", "True"):
-                self._send(200, api.list_configmaps(namespace))
-                return
-            w, replay = api.open_watch(namespace, query.get("resourceVersion"))
-            bookmarks = query.get("allowWatchBookmarks") in ("1", "true", "True")
-            timeout = float(query.get("timeoutSeconds") or 1800)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            try:
-                for event in replay:
-                    self._chunk(event)
-                if w is None:
-                    self._end()
-                    return
-                self._stream(w, bookmarks, time.monotonic() + timeout)
-            except OSError:
-                self.close_connection = True
-            finally:
-                if w is not None:
-                    api.close_watch(w)
-
-        def _stream(self, w: _Watch, bookmarks: bool, deadline: float) -> None:
-            next_bookmark = time.monotonic() + api.BOOKMARK_SECONDS
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
-                    self._end()  # the server's timeoutSeconds: a clean end of the stream
-                    return
-                try:
-                    event = w.events.get(timeout=min(0.05, deadline - now))
-                except queue.Empty:
-                    if not api._closing.is_set():
-                        if bookmarks and time.monotonic() >= next_bookmark:
-                            self._bookmark()
-                            next_bookmark = time.monotonic() + api.BOOKMARK_SECONDS
-                        continue
-                    event = None
-                if event is None:
-                    # expire() or stop(): the connection is cut, as when the server goes away.
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                self._chunk(event)
-
-        def _bookmark(self) -> None:
-            with api._lock:
-                rv = str(api.rv)
-            meta = {"resourceVersion": rv}
-            self._chunk(
-                {
-                    "type": "BOOKMARK",
-                    "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": meta},
-                }
-            )
-
-        def _chunk(self, event: dict[str, Any]) -> None:
-            data = json.dumps(event).encode() + b"\n"
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-
-        def _end(self) -> None:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler

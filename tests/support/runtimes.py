@@ -29,13 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import images
-from tests.support.containerd import (
-    _DISABLED_PLUGINS,
-    ContainerdError,
-    PrivateContainerd,
-    _toml_str,
-    render_config,
-)
+from tests.support.containerd import ContainerdError, PrivateContainerd
+from tests.support.containerd_config import DISABLED_PLUGINS, render_config, toml_str
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_ENV = "KRE_BEDS_CACHE"
@@ -138,7 +133,7 @@ def session_runtime(request: Any, name: str) -> PrivateContainerd:
 
 
 def _nri_section(workdir: Path, socket: Path) -> str:
-    q = _toml_str
+    q = toml_str
     return f"""
   [plugins."io.containerd.nri.v1.nri"]
     disable = false
@@ -159,7 +154,7 @@ REQUIRE_PLUGIN_TOML = REPO / "deploy" / "nri" / "containerd-require-plugin.toml"
 def _validator_section(required: tuple[str, ...]) -> str:
     """deploy/nri's validator table, with ``required`` as the required plugins."""
     text = REQUIRE_PLUGIN_TOML.read_text()
-    plugins = ", ".join(_toml_str(p) for p in required)
+    plugins = ", ".join(toml_str(p) for p in required)
     line = 'required_plugins = ["resource-enforcer"]'
     assert line in text, f"{REQUIRE_PLUGIN_TOML} lost its line {line}"
     return "\n" + text.replace(line, f"required_plugins = [{plugins}]")
@@ -176,10 +171,10 @@ def render_config_v3(
 ) -> str:
     """containerd 2.x config.toml (version 3) for a private instance living in ``workdir``:
     the same choices as ``render_config`` (FACTS.md), under 2.x's plugin names."""
-    q = _toml_str
+    q = toml_str
     rt = "[plugins.'io.containerd.cri.v1.runtime'"
     im = "[plugins.'io.containerd.cri.v1.images'"
-    disabled = ", ".join(q(p) for p in _DISABLED_PLUGINS)
+    disabled = ", ".join(q(p) for p in DISABLED_PLUGINS)
     config_path = q(str(registry_config)) if registry_config else '""'
     return f"""\
 # Written by tests.support.runtimes: a private containerd 2.x for tests.
@@ -294,7 +289,7 @@ class NriContainerd(PrivateContainerd):
         if self.registry_config is not None:
             registry = (
                 '\n  [plugins."io.containerd.grpc.v1.cri".registry]\n'
-                f"    config_path = {_toml_str(str(self.registry_config))}\n"
+                f"    config_path = {toml_str(str(self.registry_config))}\n"
             )
         return render_config(
             self.workdir,

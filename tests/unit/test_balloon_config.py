@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from enforcer.configuration import parse_config
-from resource_contract.config import ConfigError, PolicyConfig
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import PolicyConfig
 
 CONTRACT_EXAMPLE = """
 policy:

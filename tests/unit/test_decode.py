@@ -20,7 +20,7 @@ from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
 from resource_contract.classes import ClassAccess
 from resource_contract.config import parse_config
-from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.kubelet_sends import container_config_for, sandbox_config_for
 
 UID = "0b5c9c5e-1111-4a4a-9c9c-123456789abc"
 

@@ -21,11 +21,11 @@ from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerRequest, decode_container
 from enforcer.policy import make_policy
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import PolicyConfig
 from resource_contract.keys import RESOURCES_KEY
 from resource_contract.pod_annotation import Policy, build_annotation
+from resource_contract.policy_config import PolicyConfig
 from resource_contract.qos import qos_class
-from tests.support.kubelet import container_config_for, sandbox_config_for
+from tests.support.kubelet_sends import container_config_for, sandbox_config_for
 from tests.unit.test_pod_level_qos import TABLE, spec_of
 
 UID = "0b5c9c5e-2222-4a4a-9c9c-123456789abc"

@@ -11,7 +11,8 @@ from enforcer.decode import ContainerRequest, Preferences
 from enforcer.policy import PlacementError, StaticPolicy, make_policy
 from enforcer.refusal import Reason
 from enforcer.topology import CPUSet, Topology
-from resource_contract.config import ConfigError, PolicyConfig
+from resource_contract.config import ConfigError
+from resource_contract.policy_config import PolicyConfig
 
 MACHINE = Topology.synthetic(sockets=2, cores_per_node=4, threads_per_core=2)  # 16 CPUs
 

@@ -20,7 +20,7 @@ from enforcer.metrics import EnforcerMetrics
 from enforcer.policy import Policy, make_policy
 from enforcer.topology import CPUSet, Topology
 from enforcer.usage import alignment, measure, node_resource_topology
-from resource_contract.config import PolicyConfig
+from resource_contract.policy_config import PolicyConfig
 from tests.support.crd_schema import CustomResource, served_versions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,17 +14,10 @@ from wh_support import WebhookServer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench/
 
 from bench import BENCHMARKS
-from bench.webhook import (
-    Report,
-    Run,
-    _closed_loop,
-    _open_loop,
-    _request_bytes,
-    _summarize,
-    bare_app,
-    parse_wrk,
-    sample_review,
-)
+from bench.webhook import Report, _summarize
+from bench.webhook_clients import Run, closed_loop, open_loop, parse_wrk, request_bytes
+from bench.webhook_review import sample_review
+from bench.webhook_servers import bare_app
 from webhook.admission import review
 from webhook.mutation import Mutator
 
@@ -89,19 +82,19 @@ def test_summary_pairs_rounds() -> None:
 
 
 @pytest.mark.tls
-def test_python_client_closed_and_open_loop(
+def test_python_client_closed_andopen_loop(
     plain_server: WebhookServer, tls_context: ssl.SSLContext
 ) -> None:
-    raw = _request_bytes(json.dumps(sample_review()).encode())
-    latencies, errors, _ = asyncio.run(_closed_loop(plain_server.port, tls_context, raw, 2, 0.3))
+    raw = request_bytes(json.dumps(sample_review()).encode())
+    latencies, errors, _ = asyncio.run(closed_loop(plain_server.port, tls_context, raw, 2, 0.3))
     assert latencies and errors == 0
-    latencies, errors, _ = asyncio.run(_open_loop(plain_server.port, tls_context, raw, 50, 0.3, 2))
+    latencies, errors, _ = asyncio.run(open_loop(plain_server.port, tls_context, raw, 50, 0.3, 2))
     assert len(latencies) == 15 and errors == 0
 
 
 def test_every_request_of_the_distinct_mode_is_a_new_pod() -> None:
     """The figure with a distinct pod in every request is not made by the cache."""
-    from bench.webhook import distinct_body, distinct_template
+    from bench.webhook_review import distinct_body, distinct_template
 
     template = distinct_template()
     mutator = Mutator()

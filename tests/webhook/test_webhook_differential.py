@@ -157,7 +157,7 @@ def test_the_benchmarks_distinct_pods_are_answered_as_the_reference_answers_them
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench/
-    from bench.webhook import distinct_body, distinct_template
+    from bench.webhook_review import distinct_body, distinct_template
 
     template = distinct_template()
     for n in range(50):

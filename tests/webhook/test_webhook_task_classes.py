@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_webhook_tls import curl_post
+from tls_clients import curl_post
 from wh_support import WebhookServer, container, pod, review
 
 CONFIG = """\

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import ssl
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from tls_clients import CURL, POSTERS, metric_value
 from wh_support import (
     MALFORMED,
     RESOURCES_KEY,
@@ -29,40 +27,7 @@ from wh_support import (
     review,
 )
 
-from webhook.certs import write_certs
-
 pytestmark = pytest.mark.tls
-
-CURL = shutil.which("curl")
-
-Poster = Callable[[WebhookServer, Path, dict[str, Any], str], tuple[int, dict[str, Any]]]
-
-
-def curl_post(
-    server: WebhookServer, ca: Path, r: dict[str, Any], path: str = "/mutate"
-) -> tuple[int, dict]:
-    assert CURL, "curl is needed for these tests (apt-get install curl)"
-    data = Path(server.log_path.parent) / f"body-{os.getpid()}.json"
-    data.write_bytes(body(r))
-    out = subprocess.run(
-        [CURL, "-sS", "--cacert", str(ca), "-H", "Content-Type: application/json",
-         "--data-binary", f"@{data}", "-w", "\n%{http_code}", f"{server.url}{path}"],
-        capture_output=True, text=True, check=True, timeout=30,
-    )  # fmt: skip
-    text, status = out.stdout.rsplit("\n", 1)
-    return int(status), json.loads(text)
-
-
-def httpx_post(
-    server: WebhookServer, ca: Path, r: dict[str, Any], path: str = "/mutate"
-) -> tuple[int, dict]:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    resp = httpx.post(f"{server.url}{path}", content=body(r), verify=ctx, timeout=10,
-                      headers={"Content-Type": "application/json"})  # fmt: skip
-    return resp.status_code, resp.json()
-
-
-POSTERS = {"curl": curl_post, "httpx": httpx_post}
 
 
 def shapes() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
@@ -245,14 +210,14 @@ def test_forbidden_preference_is_counted_and_logged(
     server: WebhookServer, client: httpx.Client
 ) -> None:
     series = 'resource_webhook_denials_total{reason="preference-forbidden"}'
-    before = _value(client.get("/metrics").text, series)
+    before = metric_value(client.get("/metrics").text, series)
     key = "prefer-isolated-cpus.resource-policy.nri.io/pod"
     p = pod([container("app")], annotations={key: "true"}, name="forbidden-pref", namespace="web")
     out = client.post("/mutate", content=body(review(p, namespace="web"))).json()
     assert (
         out["response"]["status"]["code"] == 403 and "rt-*" in out["response"]["status"]["message"]
     )
-    assert _value(client.get("/metrics").text, series) == before + 1
+    assert metric_value(client.get("/metrics").text, series) == before + 1
     records = [r for r in server.log_records() if r.get("pod") == "forbidden-pref"]
     assert records and records[-1]["reason"] == "preference-forbidden"
     assert key in records[-1]["message"]
@@ -350,13 +315,6 @@ def test_probes_and_metrics(client: httpx.Client) -> None:
     assert "resource_webhook_request_duration_seconds_bucket" in metrics.text
 
 
-def _value(text: str, series: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{series} missing")
-
-
 def test_metrics_change(client: httpx.Client) -> None:
     series = [
         'resource_webhook_requests_total{outcome="patched"}',
@@ -378,7 +336,7 @@ def test_metrics_change(client: httpx.Client) -> None:
     client.post("/mutate", content=b"{")
     client.post("/mutate", content=body(review(None, operation="DELETE")))
     after = client.get("/metrics").text
-    deltas = [_value(after, s) - _value(before, s) for s in series]
+    deltas = [metric_value(after, s) - metric_value(before, s) for s in series]
     assert deltas == [1, 2, 1, 1, 1, 1, 5]
 
 
@@ -395,128 +353,3 @@ def test_logs_carry_uid_namespace_and_pod(server: WebhookServer, client: httpx.C
     assert (denied["namespace"], denied["pod"], denied["outcome"]) == ("shop", "web-42", "denied")
     patched = next(r for r in records if r.get("uid") == "uid-log-ok")  # --log-level debug
     assert patched["outcome"] == "patched" and patched["pod"] == "web-7d4b9c8f6d-*"
-
-
-# --- TLS itself --------------------------------------------------------------------------------
-
-
-def _handshake(server: WebhookServer, ca: Path, **versions: ssl.TLSVersion) -> str | None:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    for attr, value in versions.items():
-        setattr(ctx, attr, value)
-    with (
-        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
-        ctx.wrap_socket(raw, server_hostname="localhost") as tls,
-    ):
-        return tls.version()
-
-
-def test_tls_1_3_and_1_2_are_served(server: WebhookServer, certs: Path) -> None:
-    assert _handshake(server, certs / "ca.crt") == "TLSv1.3"
-    assert _handshake(server, certs / "ca.crt", maximum_version=ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
-
-
-@pytest.mark.filterwarnings("ignore:ssl.TLSVersion:DeprecationWarning")
-def test_tls_below_1_2_is_refused(server: WebhookServer, certs: Path) -> None:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.load_verify_locations(str(certs / "ca.crt"))
-    # The client is allowed down to TLS 1.0 (at OpenSSL's lowest security level) and offers
-    # no more than 1.1: only the server's minimum can make this fail.
-    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
-    ctx.minimum_version = ssl.TLSVersion.TLSv1
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_1
-    with (
-        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
-        pytest.raises(ssl.SSLError),
-    ):
-        ctx.wrap_socket(raw, server_hostname="localhost")
-    out = subprocess.run(
-        [str(CURL), "-sS", "--cacert", str(certs / "ca.crt"), "--tlsv1.0", "--tls-max", "1.1",
-         f"{server.url}/healthz"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert out.returncode != 0
-
-
-def test_certificate_is_valid_for_the_ip_and_the_names(server: WebhookServer, certs: Path) -> None:
-    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    assert httpx.get(f"https://127.0.0.1:{server.port}/healthz", verify=ctx).status_code == 200
-
-
-# --- rotation ----------------------------------------------------------------------------------
-
-
-def _kubelet_volume(root: Path, source: Path, generation: int) -> None:
-    """Files laid out the way the kubelet projects a Secret, updated the way it updates them:
-    a new timestamped folder, then one atomic swap of the `..data` symlink."""
-    folder = root / f"..2026_11_22_{generation:02d}"
-    folder.mkdir()
-    for name in ("tls.crt", "tls.key", "ca.crt"):
-        shutil.copy(source / name, folder / name)
-    tmp = root / "..data_tmp"
-    tmp.symlink_to(folder.name)
-    os.replace(tmp, root / "..data")
-    for name in ("tls.crt", "tls.key", "ca.crt"):
-        link = root / name
-        if not link.is_symlink():
-            link.symlink_to(f"..data/{name}")
-
-
-def _verified(url: str, ca: Path) -> bool:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    try:
-        return httpx.get(f"{url}/healthz", verify=ctx, timeout=5).status_code == 200
-    except httpx.ConnectError as exc:
-        assert "CERTIFICATE_VERIFY_FAILED" in str(exc), exc
-        return False
-
-
-def test_certificate_rotation_while_serving(tmp_path: Path) -> None:
-    old = write_certs("resource-webhook", "resource-enforcer", tmp_path / "old")
-    new = write_certs("resource-webhook", "resource-enforcer", tmp_path / "new")
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    _kubelet_volume(volume, tmp_path / "old", 1)
-    server = WebhookServer(tmp_path, volume / "tls.crt", volume / "tls.key")
-    try:
-        server.wait_ready(old.ca_crt)
-        keep_alive = httpx.Client(
-            base_url=server.url, verify=ssl.create_default_context(cafile=str(old.ca_crt))
-        )
-        assert keep_alive.post("/mutate", content=body(review(deployment_pod()))).status_code == 200
-
-        _kubelet_volume(volume, tmp_path / "new", 2)
-
-        # New connections get the new certificate at once, by name and by IP (no SNI).
-        assert _verified(server.url, new.ca_crt)
-        assert _verified(f"https://127.0.0.1:{server.port}", new.ca_crt)
-        assert not _verified(server.url, old.ca_crt)
-        status, _ = curl_post(server, new.ca_crt, review(deployment_pod()))
-        assert status == 200
-        # The connection opened before the rotation carries on.
-        assert keep_alive.post("/mutate", content=body(review(deployment_pod()))).status_code == 200
-        keep_alive.close()
-
-        metrics = httpx.get(
-            f"{server.url}/metrics", verify=ssl.create_default_context(cafile=str(new.ca_crt))
-        ).text
-        assert _value(metrics, 'resource_webhook_certificate_reloads_total{result="success"}') == 1
-        assert any(r["msg"] == "certificate reloaded" for r in server.log_records())
-    finally:
-        assert server.stop() == 0
-
-
-def test_rotation_by_overwriting_the_files(tmp_path: Path) -> None:
-    """`resource-webhook certs` run again into the folder the server reads (atomic renames)."""
-    served = tmp_path / "served"
-    first = write_certs("resource-webhook", "resource-enforcer", served)
-    server = WebhookServer(tmp_path, served / "tls.crt", served / "tls.key")
-    try:
-        server.wait_ready(first.ca_crt)
-        old_ca = tmp_path / "old-ca.crt"
-        shutil.copy(first.ca_crt, old_ca)
-        second = write_certs("resource-webhook", "resource-enforcer", served, new_ca=True)
-        assert _verified(server.url, second.ca_crt)
-        assert not _verified(server.url, old_ca)
-    finally:
-        assert server.stop() == 0

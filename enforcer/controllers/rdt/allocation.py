@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from resource_contract.class_config import RDTConfig
 from resource_contract.classes import CLASS_NAME_PATTERN
-from resource_contract.config import ConfigError, RDTConfig
+from resource_contract.config import ConfigError
 
 Level = Literal["L3", "L2"]
 LEVELS: tuple[Level, ...] = ("L3", "L2")  # the kernel's order in a schemata file

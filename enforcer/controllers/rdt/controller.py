@@ -22,12 +22,12 @@ from enforcer.controllers.errors import ApplyError, InvalidClassName, RdtUnavail
 from enforcer.controllers.rdt.allocation import ROOT_CLASS, parse_rdt
 from enforcer.controllers.rdt.hardware import ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, default_schemata, plan_rdt
+from resource_contract.class_config import RDTConfig
 from resource_contract.classes import (
     CLASS_NAME_PATTERN,
     RESCTRL_RESERVED_NAMES,
     reserved_name_problem,
 )
-from resource_contract.config import RDTConfig
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from enforcer.controllers.rdt.allocation import (
     parse_rdt,
 )
 from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo
-from resource_contract.config import ConfigError, RDTConfig
+from resource_contract.class_config import RDTConfig
+from resource_contract.config import ConfigError
 
 _FIELD = {"L3": "l3Allocation", "L2": "l2Allocation"}
 _OPTION = {"L3": "l3", "L2": "l2", "MB": "mb"}

@@ -242,7 +242,7 @@ class Cluster:
 
     @property
     def snapshotter(self) -> str:
-        from tests.support.containerd import overlayfs_works
+        from tests.support.containerd_config import overlayfs_works
 
         return "overlayfs" if overlayfs_works(self.lay.root) else "native"
 
