@@ -16,7 +16,9 @@ from enforcer.controllers.base import (
     Target,
     admit_class,
 )
-from enforcer.controllers.blockio import BlockIOController, check_blockio, compile_classes
+from enforcer.controllers.blockio.controller import BlockIOController
+from enforcer.controllers.blockio.devices import compile_classes
+from enforcer.controllers.blockio.settings import check_blockio
 from enforcer.controllers.errors import ApplyError, ClassError
 from enforcer.decode import ContainerRequest
 from resource_contract.config import Config, ConfigError

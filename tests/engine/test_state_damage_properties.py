@@ -60,7 +60,8 @@ from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning, Refused
 from enforcer.policy import Admitted
 from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateError, StateStore, journal
-from enforcer.state.store import JOURNAL_FILE, STATE_FILE, encode_state
+from enforcer.state.encoding import encode_state
+from enforcer.state.store import JOURNAL_FILE, STATE_FILE
 from enforcer.topology import Topology
 from resource_contract.config import Config
 from tests.engine.test_state_repair import Runtime as RestoreRuntime

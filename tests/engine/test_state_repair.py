@@ -27,7 +27,7 @@ from enforcer.refusal import Reason
 from enforcer.runtime.client import resources_record, update_request
 from enforcer.state import StateStore
 from enforcer.state import store as store_module
-from enforcer.state.store import encode_state
+from enforcer.state.encoding import encode_state
 from enforcer.topology import Topology
 from tests.support.kubelet import container_config_for, sandbox_config_for
 from tests.support.pods import guaranteed, manifest, sleeper

@@ -12,7 +12,7 @@ from enforcer.controllers.errors import (
     RdtUnavailable,
     UnknownClass,
 )
-from enforcer.controllers.rdt.allocation import ROOT_CLASS, ParsedRdt, check_rdt, parse_rdt
+from enforcer.controllers.rdt.allocation import check_rdt, parse_rdt
 from enforcer.controllers.rdt.controller import (
     KernelResctrlFs,
     RdtController,
@@ -21,6 +21,7 @@ from enforcer.controllers.rdt.controller import (
 )
 from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, compute_schemata, plan_rdt
+from enforcer.controllers.rdt.values import ROOT_CLASS, ParsedRdt
 
 __all__ = [
     "ROOT_CLASS",
