@@ -3,10 +3,11 @@
 The configuration is goresctrl's (`blockio: {Classes: {NAME: [entries]}}`). Pure core:
 `check_blockio` (syntax and ranges, any machine, run by `parse_config`) and `compile_with`
 (configuration + devices -> `BlockIOClass`, settings per major:minor; for the same device later
-entries win, setting by setting) in `settings`; `plan_writes` (which file of a container's
-cgroup gets which line) in `plan`. Edges: `resolve_devices`/`compile_classes` (reads /dev and
-sysfs) in `devices`; `read_cgroup_io`/`apply_writes` in `cgroup`; `BlockIOController` (the
-state kept between configuration and containers) in `controller`.
+entries win, setting by setting) in `blockio.settings`; `plan_writes` (which file of a
+container's cgroup gets which line) in `blockio.plan`. Edges: `resolve_devices` and
+`compile_classes` (they read /dev and sysfs) in `blockio.devices`; `read_cgroup_io` and
+`apply_writes` in `blockio.cgroup`; `BlockIOController` (the state kept between configuration
+and containers) in `blockio.controller`.
 """
 
 from enforcer.controllers.blockio.cgroup import apply_writes, blockio_cgroup_dir, read_cgroup_io
