@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from enforcer.controllers.base import Findings, Roots
-from enforcer.controllers.cpuclass import CpuClassController
+from enforcer.controllers.cpu_class_sysfs import CpuClassSysfs
 from enforcer.controllers.node_wide import NodeWide
 from enforcer.topology import Topology
 from resource_contract.config import Config
@@ -25,7 +25,7 @@ class CpuClasses(NodeWide):
     def __init__(self, sysfs_root: str | None, topology: Topology | None) -> None:
         self.sysfs_root = sysfs_root
         self.topology = topology
-        self.ctl: CpuClassController | None = None
+        self.ctl: CpuClassSysfs | None = None
         self._remembered: dict[str, str] = {}
         self._applied: dict[int, str] | None = None
 
@@ -51,7 +51,7 @@ class CpuClasses(NodeWide):
         if self.ctl is None:
             if self.sysfs_root is None or self.topology is None:
                 return []
-            self.ctl = CpuClassController(
+            self.ctl = CpuClassSysfs(
                 self.sysfs_root, self.topology, config.cpuClasses, remembered=self._remembered
             )
             return []

@@ -6,12 +6,16 @@ The configuration is goresctrl's (`blockio: {Classes: {NAME: [entries]}}`). Pure
 entries win, setting by setting) in `blockio.settings`; `plan_writes` (which file of a
 container's cgroup gets which line) in `blockio.plan`. Edges: `resolve_devices` and
 `compile_classes` (they read /dev and sysfs) in `blockio.devices`; `read_cgroup_io` and
-`apply_writes` in `blockio.cgroup`; `BlockIOController` (the state kept between configuration
-and containers) in `blockio.controller`.
+`apply_writes` in `blockio.cgroup_files`; `BlockIOCgroups` (the state kept between configuration
+and containers) in `blockio.cgroups`.
 """
 
-from enforcer.controllers.blockio.cgroup import apply_writes, blockio_cgroup_dir, read_cgroup_io
-from enforcer.controllers.blockio.controller import BlockIOController, BlockIOResult
+from enforcer.controllers.blockio.cgroup_files import (
+    apply_writes,
+    blockio_cgroup_dir,
+    read_cgroup_io,
+)
+from enforcer.controllers.blockio.cgroups import BlockIOCgroups, BlockIOResult
 from enforcer.controllers.blockio.devices import compile_classes, resolve_devices
 from enforcer.controllers.blockio.plan import CgroupIO, Write, plan_writes
 from enforcer.controllers.blockio.settings import (
@@ -34,8 +38,8 @@ __all__ = [
     "WEIGHT_MAX",
     "WEIGHT_MIN",
     "BlockDevice",
+    "BlockIOCgroups",
     "BlockIOClass",
-    "BlockIOController",
     "BlockIOResult",
     "CgroupIO",
     "DeviceSettings",

@@ -1,6 +1,6 @@
 """A container's block-I/O cgroup as values, and the lines that put it into a class
 (`plan_writes`): which file gets which line, v1 or v2 as found, and resets for the devices a
-reload dropped. Pure: `blockio.cgroup` reads the folder and writes the lines."""
+reload dropped. Pure: `blockio.cgroup_files` reads the folder and writes the lines."""
 
 from __future__ import annotations
 

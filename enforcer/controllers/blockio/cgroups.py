@@ -9,7 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from enforcer.controllers.blockio.cgroup import apply_writes, blockio_cgroup_dir, read_cgroup_io
+from enforcer.controllers.blockio.cgroup_files import (
+    apply_writes,
+    blockio_cgroup_dir,
+    read_cgroup_io,
+)
 from enforcer.controllers.blockio.devices import compile_classes
 from enforcer.controllers.blockio.plan import plan_writes
 from enforcer.controllers.blockio.settings import BlockIOClass
@@ -27,7 +31,7 @@ class BlockIOResult:
     warnings: tuple[str, ...] = ()
 
 
-class BlockIOController:
+class BlockIOCgroups:
     """Keeps the compiled classes; applies one to a container's cgroup on request."""
 
     def __init__(

@@ -85,7 +85,7 @@ def check_class_name(name: str) -> str:
     return name
 
 
-class RdtController:
+class ResctrlGroups:
     """Applies the `rdt:` configuration to resctrl and puts containers' tasks into classes.
 
     Not thread-safe: the enforcer calls it from one place at a time.
