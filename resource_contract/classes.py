@@ -7,15 +7,16 @@ a strict pattern before anything else looks at it.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from resource_contract.keys import DOMAIN, PEER_DOMAINS, container_key, pod_key
 
 ClassKind = Literal["rdt", "blockio"]
 CLASS_KINDS: tuple[ClassKind, ...] = ("rdt", "blockio")
+K = TypeVar("K", bound=str)  # a kind of class
 
 CLASS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
@@ -110,17 +111,46 @@ def is_runtime_class_key(key: str) -> bool:
 
 
 @dataclass(frozen=True)
-class ClassAccess:
-    """`classAccess` of the configuration: class -> namespace globs. Unlisted classes are open."""
+class KindAccess(Generic[K]):
+    """`classAccess` rules of some kinds of class: kind -> class -> namespace globs. An
+    unlisted class is open to every namespace."""
 
-    rules: Mapping[ClassKind, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    rules: Mapping[K, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
 
-    def patterns(self, kind: ClassKind, name: str) -> tuple[str, ...] | None:
+    def patterns(self, kind: K, name: str) -> tuple[str, ...] | None:
         return self.rules.get(kind, {}).get(name)
 
-    def allows(self, kind: ClassKind, name: str, namespace: str) -> bool:
+    def allows(self, kind: K, name: str, namespace: str) -> bool:
         patterns = self.patterns(kind, name)
         return patterns is None or any(fnmatchcase(namespace, p) for p in patterns)
+
+    def check(
+        self,
+        kind: K,
+        key: str,
+        value: str,
+        *,
+        namespace: str,
+        configured: Collection[str] | None,
+        section: str = "",
+    ) -> None:
+        """Refuses (ClassRequestError) the `kind` class `value` asked for by annotation `key`
+        when it is not configured or `namespace` may not use it."""
+        check_usable(
+            key,
+            value,
+            kind,
+            namespace=namespace,
+            configured=configured,
+            allows=lambda name: self.allows(kind, name, namespace),
+            allowed=listing(self.patterns(kind, value) or ()),
+            section=section,
+        )
+
+
+@dataclass(frozen=True)
+class ClassAccess(KindAccess[ClassKind]):
+    """`classAccess` of the configuration for RDT and block-I/O classes."""
 
 
 @dataclass(frozen=True)
@@ -164,8 +194,45 @@ def _check_name(key: str, value: str, kind: ClassKind) -> None:
         )
 
 
-def _listing(names: Collection[str]) -> str:
+def listing(names: Collection[str]) -> str:
+    """Names for a message: sorted, comma-separated, "none" when there are none."""
     return ", ".join(sorted(names)) or "none"
+
+
+def check_usable(
+    key: str,
+    value: str,
+    what: str,
+    *,
+    namespace: str,
+    configured: Collection[str] | None,
+    allows: Callable[[str], bool],
+    allowed: str,
+    section: str = "",
+) -> None:
+    """Refuses the `what` class `value` asked for by annotation `key`: "unknown" when it is not
+    among `configured` (None: unknown, any name goes; `section`: the configuration key that
+    lists them), "forbidden" when `allows(value)` says `namespace` may not use it (`allowed`:
+    the namespaces that may, for the message)."""
+    if configured is not None and value not in configured:
+        where = f" ({section})" if section else ""
+        raise ClassRequestError(
+            "unknown",
+            f'annotation "{key}": {what} class "{value}" is not configured; '
+            f"configured {what} classes{where}: {listing(configured)}",
+            key=key,
+            value=value,
+        )
+    if not allows(value):
+        usable = [n for n in (configured or ()) if allows(n)]
+        raise ClassRequestError(
+            "forbidden",
+            f'annotation "{key}": namespace "{namespace}" may not use {what} class '
+            f'"{value}" (allowed namespaces: {allowed})'
+            f"; {what} classes namespace {namespace} may use: {listing(usable)}",
+            key=key,
+            value=value,
+        )
 
 
 def resolve_class(
@@ -190,24 +257,7 @@ def resolve_class(
             continue
         value = annotations[key]
         _check_name(key, value, kind)
-        if configured is not None and value not in configured:
-            raise ClassRequestError(
-                "unknown",
-                f'annotation "{key}": {kind} class "{value}" is not configured; '
-                f"configured {kind} classes: {_listing(configured)}",
-                key=key,
-                value=value,
-            )
-        if not access.allows(kind, value, namespace):
-            usable = [n for n in (configured or ()) if access.allows(kind, n, namespace)]
-            raise ClassRequestError(
-                "forbidden",
-                f'annotation "{key}": namespace "{namespace}" may not use {kind} class '
-                f'"{value}" (allowed namespaces: {_listing(access.patterns(kind, value) or ())})'
-                f"; {kind} classes namespace {namespace} may use: {_listing(usable)}",
-                key=key,
-                value=value,
-            )
+        access.check(kind, key, value, namespace=namespace, configured=configured)
         return ClassRequest(kind, value, key)
     # Nobody asked: the QoS class's namesake when it exists. A restricted default is skipped
     # rather than refused, since the pod's author did not ask for it.
@@ -233,10 +283,13 @@ __all__ = [
     "ClassKind",
     "ClassRequest",
     "ClassRequestError",
+    "KindAccess",
+    "check_usable",
     "class_keys",
     "container_key",
     "is_class_key",
     "is_runtime_class_key",
+    "listing",
     "pod_key",
     "reserved_name_problem",
     "resolve_class",

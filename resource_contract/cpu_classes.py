@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from resource_contract.classes import CLASS_NAME_PATTERN, ClassRequestError
+from resource_contract.classes import CLASS_NAME_PATTERN, ClassRequestError, check_usable
 from resource_contract.keys import DOMAIN
 
 _NAME = re.compile(CLASS_NAME_PATTERN)
@@ -46,10 +46,6 @@ class CpuClassAccess:
 class CpuClassRequest:
     name: str
     key: str  # the annotation it came from
-
-
-def _listing(names: Collection[str]) -> str:
-    return ", ".join(sorted(names)) or "none"
 
 
 def _clipped(text: str) -> str:
@@ -84,25 +80,16 @@ def resolve_cpu_class(
             continue
         value = annotations[key]
         _check_name(key, value)
-        if classes is not None and value not in classes:
-            raise ClassRequestError(
-                "unknown",
-                f'annotation "{key}": CPU class "{value}" is not configured; configured CPU '
-                f"classes (cpuClasses): {_listing(classes)}",
-                key=key,
-                value=value,
-            )
-        if not access.allows(value, namespace):
-            patterns = access.rules.get(value, ())
-            usable = [c for c in (classes or ()) if access.allows(c, namespace)]
-            raise ClassRequestError(
-                "forbidden",
-                f'annotation "{key}": namespace "{namespace}" may not use CPU class "{value}" '
-                f"(allowed namespaces: {', '.join(patterns) or 'none'}); CPU classes "
-                f"namespace {namespace} may use: {_listing(usable)}",
-                key=key,
-                value=value,
-            )
+        check_usable(
+            key,
+            value,
+            "CPU",
+            namespace=namespace,
+            configured=classes,
+            allows=lambda name: access.allows(name, namespace),
+            allowed=", ".join(access.rules.get(value, ())) or "none",
+            section="cpuClasses",
+        )
         return CpuClassRequest(value, key)
     return None
 

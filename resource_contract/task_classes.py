@@ -14,12 +14,11 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from fnmatch import fnmatchcase
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from resource_contract.classes import CLASS_NAME_PATTERN, ClassRequestError
+from resource_contract.classes import CLASS_NAME_PATTERN, ClassRequestError, KindAccess, listing
 from resource_contract.keys import DOMAIN
 from resource_contract.quantities import parse_quantity
 
@@ -157,21 +156,8 @@ def task_class_kind(key: str) -> TaskClassKind | None:
 
 
 @dataclass(frozen=True)
-class TaskClassAccess:
+class TaskClassAccess(KindAccess[TaskClassKind]):
     """`classAccess.scheduling` and `.memory`: class -> namespace globs; unlisted: open to all."""
-
-    rules: Mapping[TaskClassKind, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
-
-    def patterns(self, kind: TaskClassKind, name: str) -> tuple[str, ...] | None:
-        return self.rules.get(kind, {}).get(name)
-
-    def allows(self, kind: TaskClassKind, name: str, namespace: str) -> bool:
-        patterns = self.patterns(kind, name)
-        return patterns is None or any(fnmatchcase(namespace, p) for p in patterns)
-
-
-def _listing(names: Collection[str]) -> str:
-    return ", ".join(sorted(names)) or "none"
 
 
 def _clipped(text: str) -> str:
@@ -207,24 +193,9 @@ def resolve_task_class(
             continue
         value = annotations[key]
         _check_name(kind, key, value)
-        if classes is not None and value not in classes:
-            raise ClassRequestError(
-                "unknown",
-                f'annotation "{key}": {kind} class "{value}" is not configured; configured '
-                f"{kind} classes ({_SECTION[kind]}): {_listing(classes)}",
-                key=key,
-                value=value,
-            )
-        if not access.allows(kind, value, namespace):
-            usable = [c for c in (classes or ()) if access.allows(kind, c, namespace)]
-            raise ClassRequestError(
-                "forbidden",
-                f'annotation "{key}": namespace "{namespace}" may not use {kind} class '
-                f'"{value}" (allowed namespaces: {_listing(access.patterns(kind, value) or ())})'
-                f"; {kind} classes namespace {namespace} may use: {_listing(usable)}",
-                key=key,
-                value=value,
-            )
+        access.check(
+            kind, key, value, namespace=namespace, configured=classes, section=_SECTION[kind]
+        )
         return value
     return None
 
@@ -256,7 +227,7 @@ def task_class_problems(
             if name not in configured[kind]:
                 problems.append(
                     f"classAccess.{kind}.{name}: no {kind} class of that name is configured "
-                    f"({_SECTION[kind]}: {_listing(configured[kind])})"
+                    f"({_SECTION[kind]}: {listing(configured[kind])})"
                 )
     for name, cls in scheduling.items():
         if cls.real_time and name not in access.get("scheduling", {}):
@@ -274,7 +245,7 @@ def task_class_problems(
             if ref is not None and ref not in configured[kind]:
                 problems.append(
                     f'policy.balloonTypes.{index}.{key}: {kind} class "{ref}" is not configured'
-                    f" ({_SECTION[kind]}: {_listing(configured[kind])})"
+                    f" ({_SECTION[kind]}: {listing(configured[kind])})"
                 )
     return problems
 

@@ -8,22 +8,24 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from enforcer.controllers.base import Difference, Findings, Outcome, Result, Roots, Target
-from enforcer.controllers.cpuclass import CpuClassController
-from enforcer.decode import ContainerRequest
+from enforcer.controllers.base import Findings, Roots
+from enforcer.controllers.cpu_class_sysfs import CpuClassSysfs
+from enforcer.controllers.node_wide import NodeWide
 from enforcer.topology import Topology
 from resource_contract.config import Config
 
 NAME = "cpuclass"
 
 
-class CpuClasses:
+class CpuClasses(NodeWide):
     name = NAME
+    follows = "CPU classes follow the CPUs"
+    saved_key = "remembered"
 
     def __init__(self, sysfs_root: str | None, topology: Topology | None) -> None:
         self.sysfs_root = sysfs_root
         self.topology = topology
-        self.ctl: CpuClassController | None = None
+        self.ctl: CpuClassSysfs | None = None
         self._remembered: dict[str, str] = {}
         self._applied: dict[int, str] | None = None
 
@@ -32,10 +34,6 @@ class CpuClasses:
         return cls(roots.sysfs, topology)
 
     # -- configuration ---------------------------------------------------------------------
-
-    @staticmethod
-    def syntax(config: Config) -> list[str]:
-        return []  # the schema checks cpuClasses and the types that name them
 
     def check(self, config: Config, *, left_out: frozenset[str] = frozenset()) -> Findings:
         found = Findings()
@@ -49,14 +47,11 @@ class CpuClasses:
             )
         return found
 
-    def validate(self, config: Config) -> None:
-        return None
-
     def configure(self, config: Config) -> list[str]:
         if self.ctl is None:
             if self.sysfs_root is None or self.topology is None:
                 return []
-            self.ctl = CpuClassController(
+            self.ctl = CpuClassSysfs(
                 self.sysfs_root, self.topology, config.cpuClasses, remembered=self._remembered
             )
             return []
@@ -64,29 +59,6 @@ class CpuClasses:
         self.ctl.configure(config.cpuClasses, write=False)
         self._applied = None
         return []
-
-    # -- containers: CPU classes follow CPUs, see `cpus` -----------------------------------
-
-    def admit(self, request: ContainerRequest) -> ContainerRequest:
-        return request
-
-    def _by_cpus(self) -> Outcome:
-        return Outcome(self.name, Result.SKIPPED, detail="CPU classes follow the CPUs")
-
-    def start(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def update(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def repin(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def stop(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def verify(self, target: Target) -> Difference | None:
-        return None
 
     # -- the node --------------------------------------------------------------------------
 
@@ -103,19 +75,11 @@ class CpuClasses:
         self._applied = dict(classes)
         return self.ctl.remembered != before
 
-    def saved(self) -> dict[str, Any]:
-        remembered = self.ctl.remembered if self.ctl is not None else self._remembered
-        return {"remembered": dict(remembered)} if remembered else {}
+    def kept_originals(self) -> dict[str, str]:
+        return self.ctl.remembered if self.ctl is not None else self._remembered
 
-    def restore(self, saved: Mapping[str, Any]) -> None:
-        """Values remembered by a process that did not stop cleanly: the originals."""
-        found = saved.get("remembered")
-        if not isinstance(found, Mapping):
-            return
-        values = {str(k): str(v) for k, v in found.items() if isinstance(v, (str, int))}
-        target = self.ctl.remembered if self.ctl is not None else self._remembered
-        for key, value in values.items():
-            target.setdefault(key, value)
+    def restored(self, key: Any, value: Any) -> tuple[str, str] | None:
+        return (str(key), str(value)) if isinstance(value, (str, int)) else None
 
     def shutdown(self) -> None:
         if self.ctl is not None:

@@ -15,16 +15,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from enforcer.controllers.base import (
-    Difference,
-    Findings,
-    Outcome,
-    Result,
-    Roots,
-    Target,
-)
+from enforcer.controllers.base import Findings, Roots
 from enforcer.controllers.irq import IrqAffinity
-from enforcer.decode import ContainerRequest
+from enforcer.controllers.node_wide import NodeWide
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
 
@@ -33,8 +26,10 @@ NAME = "irq"
 _SHOWN = 5  # interrupts named in a log line
 
 
-class IrqIsolation:
+class IrqIsolation(NodeWide):
     name = NAME
+    follows = "interrupts follow the exclusive CPUs"
+    saved_key = "originals"
 
     def __init__(self, procfs_root: str, topology: Topology | None) -> None:
         self.affinity = IrqAffinity(procfs_root)
@@ -60,10 +55,6 @@ class IrqIsolation:
 
     # -- configuration ---------------------------------------------------------------------
 
-    @staticmethod
-    def syntax(config: Config) -> list[str]:
-        return []
-
     def check(self, config: Config, *, left_out: frozenset[str] = frozenset()) -> Findings:
         found = Findings()
         if config.irqIsolation.enabled and not self.affinity.irqs():
@@ -71,9 +62,6 @@ class IrqIsolation:
                 f"irqIsolation.enabled: {self.affinity.base} lists no interrupts: nothing to move"
             )
         return found
-
-    def validate(self, config: Config) -> None:
-        return None
 
     def configure(self, config: Config) -> list[str]:
         was, self.enabled = self.enabled, config.irqIsolation.enabled
@@ -116,21 +104,17 @@ class IrqIsolation:
             )
         return False
 
-    def saved(self) -> dict[str, Any]:
-        return {"originals": dict(self.originals)} if self.originals else {}
+    def kept_originals(self) -> dict[str, str]:
+        return self.originals
 
-    def restore(self, saved: Mapping[str, Any]) -> None:
-        """Originals remembered by a process that did not stop cleanly."""
-        found = saved.get("originals")
-        if not isinstance(found, Mapping):
-            return
-        for irq, cpus in found.items():
-            if isinstance(irq, str) and isinstance(cpus, str):
-                try:
-                    CPUSet.parse(cpus)
-                except ValueError:
-                    continue
-                self.originals.setdefault(irq, cpus)
+    def restored(self, key: Any, value: Any) -> tuple[str, str] | None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            return None
+        try:
+            CPUSet.parse(value)
+        except ValueError:
+            return None
+        return key, value
 
     def shutdown(self) -> None:
         if not self.originals:
@@ -139,26 +123,3 @@ class IrqIsolation:
         log.info("interrupts back on their original CPUs (%d moved)", len(done.moved))
         self.originals.clear()
         self._applied = None
-
-    # -- containers: interrupts follow the exclusive CPUs, see `cpus` ----------------------
-
-    def admit(self, request: ContainerRequest) -> ContainerRequest:
-        return request
-
-    def _by_cpus(self) -> Outcome:
-        return Outcome(self.name, Result.SKIPPED, detail="interrupts follow the exclusive CPUs")
-
-    def start(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def update(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def repin(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def stop(self, target: Target) -> Outcome:
-        return self._by_cpus()
-
-    def verify(self, target: Target) -> Difference | None:
-        return None

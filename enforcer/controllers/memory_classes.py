@@ -7,74 +7,39 @@ dropped. On cgroup v1 a configuration with memory classes is refused when it is 
 from __future__ import annotations
 
 import contextlib
-import os
+from collections.abc import Mapping
 
 from enforcer.controllers import cgroup2_qos
-from enforcer.controllers.base import (
-    Difference,
-    Findings,
-    Outcome,
-    PerContainer,
-    Result,
-    Roots,
-    Target,
-)
-from enforcer.controllers.scheduling_classes import balloon_type
+from enforcer.controllers.base import Difference, Outcome, Result, Target
+from enforcer.controllers.task_classes import TaskClasses
 from enforcer.decode import ContainerRequest
-from resource_contract.config import Config, ConfigError
+from resource_contract.config import Config
+from resource_contract.policy_config import BalloonType
 from resource_contract.task_classes import MemoryClass
 
 NAME = "memory"
 
 
-class MemoryClasses(PerContainer):
+class MemoryClasses(TaskClasses[MemoryClass]):
     name = NAME
 
     def __init__(self, cgroupfs_root: str) -> None:
-        self.root = cgroupfs_root
-        self.config = Config()
+        super().__init__(cgroupfs_root)
         self._applied: dict[str, list[str]] = {}  # container id -> the files written
 
-    @classmethod
-    def for_node(cls, roots: Roots) -> MemoryClasses:
-        return cls(roots.cgroupfs or "/sys/fs/cgroup")
+    def classes(self, config: Config) -> Mapping[str, MemoryClass]:
+        return config.memoryClasses
 
-    # -- configuration ---------------------------------------------------------------------
+    def requested(self, request: ContainerRequest) -> str | None:
+        return request.memory_class
 
-    @staticmethod
-    def syntax(config: Config) -> list[str]:
-        return []  # the schema checks the classes, their names and their access rules
+    def of_balloon_type(self, btype: BalloonType) -> str | None:
+        return btype.memoryClass
 
-    def check(self, config: Config, *, left_out: frozenset[str] = frozenset()) -> Findings:
-        found = Findings()
-        if os.path.isdir(self.root):
-            found.problems += cgroup2_qos.v1_problems(self.root, {}, config.memoryClasses)
-        return found
-
-    def validate(self, config: Config) -> None:
-        problems = self.check(config).problems
-        if problems:
-            raise ConfigError(problems)
-
-    def configure(self, config: Config) -> list[str]:
-        self.validate(config)
-        self.config = config
-        return []
+    def v1_problems(self, config: Config) -> list[str]:
+        return cgroup2_qos.v1_problems(self.root, {}, config.memoryClasses)
 
     # -- containers ------------------------------------------------------------------------
-
-    def wanted(self, target: Target) -> tuple[str, MemoryClass] | None:
-        """The class the container should have now, by name, or None."""
-        name = target.request.memory_class
-        btype = balloon_type(self.config, target)
-        if name is None and btype is not None:
-            found = next((b for b in self.config.policy.balloonTypes if b.name == btype), None)
-            name = found.memoryClass if found is not None else None
-        cls = self.config.memoryClasses.get(name) if name is not None else None
-        return (name, cls) if name is not None and cls is not None else None
-
-    def admit(self, request: ContainerRequest) -> ContainerRequest:
-        return request  # decoding checked the name and the namespace's access
 
     def _folder(self, target: Target) -> str:
         return cgroup2_qos.folder(self.root, target.cgroup_parent, target.container_id)

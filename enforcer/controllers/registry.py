@@ -4,7 +4,7 @@ them: cpuset, RDT, block I/O, CPU classes, scheduling classes, memory classes, I
 from __future__ import annotations
 
 from enforcer.controllers.base import Roots
-from enforcer.controllers.blockio_classes import BlockIOClasses
+from enforcer.controllers.blockio.lifecycle import BlockIOClasses
 from enforcer.controllers.cpu_classes import CpuClasses
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers

@@ -7,83 +7,41 @@ defaults) when the class is dropped or the container released; `cpuBurst` as the
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from enforcer.controllers import cgroup2_qos, task_sched
-from enforcer.controllers.base import (
-    Difference,
-    Findings,
-    Outcome,
-    PerContainer,
-    Result,
-    Roots,
-    Target,
-)
+from enforcer.controllers.base import Difference, Outcome, Result, Target
 from enforcer.controllers.cgroups import cgroup_version, task_cgroup_dir, task_ids
+from enforcer.controllers.task_classes import TaskClasses
 from enforcer.decode import ContainerRequest
-from resource_contract.config import Config, ConfigError
+from resource_contract.config import Config
+from resource_contract.policy_config import BalloonType
 from resource_contract.task_classes import SchedulingClass
 
 NAME = "scheduling"
 _SHOWN = 3  # threads named in a message
 
 
-def balloon_type(config: Config, target: Target) -> str | None:
-    """The name of the balloon type the policy put the container in, or None."""
-    if config.policy.name != "balloons" or target.balloon is None:
-        return None
-    return target.balloon.partition("[")[0]
-
-
-class SchedulingClasses(PerContainer):
+class SchedulingClasses(TaskClasses[SchedulingClass]):
     name = NAME
 
     def __init__(self, cgroupfs_root: str) -> None:
-        self.root = cgroupfs_root
-        self.config = Config()
+        super().__init__(cgroupfs_root)
         self._applied: dict[str, SchedulingClass] = {}  # container id -> what was written
 
-    @classmethod
-    def for_node(cls, roots: Roots) -> SchedulingClasses:
-        return cls(roots.cgroupfs or "/sys/fs/cgroup")
+    def classes(self, config: Config) -> Mapping[str, SchedulingClass]:
+        return config.schedulingClasses
 
-    # -- configuration ---------------------------------------------------------------------
+    def requested(self, request: ContainerRequest) -> str | None:
+        return request.scheduling_class
 
-    @staticmethod
-    def syntax(config: Config) -> list[str]:
-        return []  # the schema checks the classes, their names and their access rules
+    def of_balloon_type(self, btype: BalloonType) -> str | None:
+        return btype.schedulingClass
 
-    def check(self, config: Config, *, left_out: frozenset[str] = frozenset()) -> Findings:
-        found = Findings()
-        if os.path.isdir(self.root):
-            found.problems += cgroup2_qos.v1_problems(self.root, config.schedulingClasses, {})
-        return found
-
-    def validate(self, config: Config) -> None:
-        problems = self.check(config).problems
-        if problems:
-            raise ConfigError(problems)
-
-    def configure(self, config: Config) -> list[str]:
-        self.validate(config)
-        self.config = config
-        return []
+    def v1_problems(self, config: Config) -> list[str]:
+        return cgroup2_qos.v1_problems(self.root, config.schedulingClasses, {})
 
     # -- containers ------------------------------------------------------------------------
-
-    def wanted(self, target: Target) -> tuple[str, SchedulingClass] | None:
-        """The class the container should run in now, by name, or None."""
-        name = target.request.scheduling_class
-        btype = balloon_type(self.config, target)
-        if name is None and btype is not None:
-            found = next((b for b in self.config.policy.balloonTypes if b.name == btype), None)
-            name = found.schedulingClass if found is not None else None
-        cls = self.config.schedulingClasses.get(name) if name is not None else None
-        return (name, cls) if name is not None and cls is not None else None
-
-    def admit(self, request: ContainerRequest) -> ContainerRequest:
-        return request  # decoding checked the name and the namespace's access
 
     def _threads(self, target: Target) -> list[int]:
         folder = task_cgroup_dir(target.cgroup_parent, target.container_id, self.root)

@@ -24,7 +24,7 @@ from resource_contract.bounded import BoundError, Limits, load_json
 # Records, and the keys they touch, that a journal may hold: a bound on what a damaged or
 # planted file can make the reader build.
 MAX_RECORD_BYTES = 1 << 20
-# A record nests as the state file does (enforcer.state.store.STATE_LIMITS).
+# A record nests as the state file does (enforcer.state.encoding.STATE_LIMITS).
 RECORD_LIMITS = Limits(max_bytes=MAX_RECORD_BYTES, max_depth=32)
 
 

@@ -16,7 +16,7 @@ from ctl_support import need
 
 from enforcer.configuration import parse_config
 from enforcer.controllers.blockio import (
-    BlockIOController,
+    BlockIOCgroups,
     blockio_cgroup_dir,
     read_cgroup_io,
 )
@@ -27,8 +27,8 @@ Disk = tuple[str, int, int]
 PARENT = "/kubepods/burstable/pod0f1e2d3c"
 
 
-def controller(classes: dict[str, Any], root: str | Path = "/sys/fs/cgroup") -> BlockIOController:
-    ctl = BlockIOController(root)
+def controller(classes: dict[str, Any], root: str | Path = "/sys/fs/cgroup") -> BlockIOCgroups:
+    ctl = BlockIOCgroups(root)
     assert ctl.configure(parse_config({"blockio": {"Classes": classes}}).blockio) == []
     return ctl
 

@@ -8,14 +8,16 @@ import pytest
 
 from enforcer.configuration import parse_config
 from enforcer.controllers.rdt.allocation import (
+    parse_cache_allocation,
+    parse_mb_allocation,
+    parse_proportion,
+)
+from enforcer.controllers.rdt.values import (
     BitMask,
     CacheIdAllocation,
     MbValue,
     Percent,
     PercentRange,
-    parse_cache_allocation,
-    parse_mb_allocation,
-    parse_proportion,
 )
 from resource_contract.config import ConfigError
 

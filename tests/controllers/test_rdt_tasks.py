@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from enforcer.controllers.errors import ApplyError
-from enforcer.controllers.rdt import RdtController
-from enforcer.controllers.rdt.controller import ASSIGN_ROUNDS
+from enforcer.controllers.rdt import ResctrlGroups
+from enforcer.controllers.rdt.resctrl_groups import ASSIGN_ROUNDS
 from resource_contract.class_config import RDTConfig
 from tests.support.fake_cgroup import make_v1, make_v2
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
@@ -58,8 +58,8 @@ class Forking:
         self.fake.write(path, data)
 
 
-def controller(fake: FakeResctrl, fs: object | None = None) -> RdtController:
-    ctl = RdtController(fake.root, fs=fs or fake, mount_options=fake.mount_options)  # type: ignore[arg-type]
+def controller(fake: FakeResctrl, fs: object | None = None) -> ResctrlGroups:
+    ctl = ResctrlGroups(fake.root, fs=fs or fake, mount_options=fake.mount_options)  # type: ignore[arg-type]
     ctl.configure(CONFIG)
     return ctl
 

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from enforcer.cri import api_pb2
-from enforcer.state.store import encode_state
+from enforcer.state.encoding import encode_state
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
 from tests.support.containerd import PrivateContainerd

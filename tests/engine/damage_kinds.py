@@ -12,7 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from enforcer.state.store import JOURNAL_FILE, STATE_FILE, encode_state
+from enforcer.state.encoding import encode_state
+from enforcer.state.store import JOURNAL_FILE, STATE_FILE
 
 # -- damage --------------------------------------------------------------------------------
 

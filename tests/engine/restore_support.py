@@ -15,7 +15,7 @@ from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded
 from enforcer.state import StateStore
-from enforcer.state.store import encode_state
+from enforcer.state.encoding import encode_state
 from enforcer.topology import Topology
 from tests.support.kubelet import container_config_for, sandbox_config_for
 from tests.support.pods import manifest, sleeper

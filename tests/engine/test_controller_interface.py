@@ -14,7 +14,7 @@ from enforcer.configuration import parse_config
 from enforcer.controllers.base import Roots
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers
-from enforcer.controllers.rdt import RdtController
+from enforcer.controllers.rdt import ResctrlGroups
 from enforcer.controllers.rdt.lifecycle import RdtClasses
 from enforcer.controllers.registry import CONFIG_CHECKS, CONTROLLER_TYPES, node_controllers
 from enforcer.engine import Enforcer
@@ -41,7 +41,7 @@ def test_a_configuration_one_controller_refuses_writes_nothing(tmp_path: Path) -
         [
             CpusetController(None, topology=MACHINE),
             RdtClasses(
-                RdtController(fake.root, fs=fake, mount_options=fake.mount_options),
+                ResctrlGroups(fake.root, fs=fake, mount_options=fake.mount_options),
                 cgroupfs_root=str(tmp_path / "cgroup"),
                 checks_root=True,
             ),
@@ -69,7 +69,7 @@ def test_sweep_moves_tasks_left_outside_their_rdt_class(tmp_path: Path) -> None:
         [
             CpusetController(runtime),
             RdtClasses(
-                RdtController(fake.root, fs=fake, mount_options=fake.mount_options),
+                ResctrlGroups(fake.root, fs=fake, mount_options=fake.mount_options),
                 cgroupfs_root=str(cgroupfs),
                 checks_root=True,
             ),

@@ -47,7 +47,8 @@ from hypothesis import strategies as st
 from enforcer.engine import Enforcer, LiveContainer, Refused
 from enforcer.policy import Admitted
 from enforcer.state import StateError, StateStore
-from enforcer.state.store import STATE_FILE, encode_state
+from enforcer.state.encoding import encode_state
+from enforcer.state.store import STATE_FILE
 from resource_contract.config import Config
 from tests.engine.damage_kinds import (
     at,

@@ -24,7 +24,8 @@ from enforcer.refusal import Reason
 from enforcer.state import StateStore
 from enforcer.state import journal as journal_module
 from enforcer.state import store as store_module
-from enforcer.state.store import JOURNAL_FILE, encode_state
+from enforcer.state.encoding import encode_state
+from enforcer.state.store import JOURNAL_FILE
 from enforcer.topology import Topology
 from resource_contract.config import Config
 from tests.engine.restore_support import Runtime, create_of

@@ -18,7 +18,7 @@ import pytest
 
 from enforcer.engine import LiveContainer, Pinning, Recorded
 from enforcer.runtime.client import resources_record, update_request
-from enforcer.state.store import encode_state
+from enforcer.state.encoding import encode_state
 from tests.engine.restore_support import (
     NAMES,
     Runtime,

@@ -3,7 +3,7 @@
 `FakeResctrl(root, shape)` builds the tree a mounted resctrl shows (Documentation/arch/x86/
 resctrl.rst): `info/<resource>/` files, `info/last_cmd_status`, and the root group's
 `schemata`, `tasks`, `cpus`, `cpus_list`, `mode`, `size`, `mon_groups/`, `mon_data/`. It also
-plays the kernel's part for the operations `RdtController` performs (it implements the
+plays the kernel's part for the operations `ResctrlGroups` performs (it implements the
 controller's `ResctrlFs`): `mkdir` populates a new group (or fails with ENOSPC when CLOS ids
 run out), `rmdir` moves the group's tasks back to the root, a `schemata` write is validated and
 merged like the kernel's (EINVAL with a `last_cmd_status` reason otherwise), and a `tasks` write

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from enforcer.commands.manifests import MANIFEST_LIMITS, PlanInputError, load_pods
 from enforcer.state import journal
-from enforcer.state.store import STATE_LIMITS, StateError, parse_state
+from enforcer.state.encoding import STATE_LIMITS, StateError, parse_state
 from resource_contract.affinity import ANNOTATION_LIMITS, AffinityError, parse_affinity
 from resource_contract.bounded import (
     BoundError,

@@ -2,7 +2,7 @@
 
 Pure core: `parse_rdt` (syntax, any machine), `read_resctrl_info` (the hardware, an edge that
 only reads) and `plan_rdt`/`compute_schemata` (configuration + hardware -> schemata per class).
-Edge: `RdtController` (groups, schemata, tasks).
+Edge: `ResctrlGroups` (groups, schemata, tasks).
 """
 
 from enforcer.controllers.errors import (
@@ -12,15 +12,16 @@ from enforcer.controllers.errors import (
     RdtUnavailable,
     UnknownClass,
 )
-from enforcer.controllers.rdt.allocation import ROOT_CLASS, ParsedRdt, check_rdt, parse_rdt
-from enforcer.controllers.rdt.controller import (
+from enforcer.controllers.rdt.allocation import check_rdt, parse_rdt
+from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo, read_resctrl_info
+from enforcer.controllers.rdt.resctrl_groups import (
     KernelResctrlFs,
-    RdtController,
     ResctrlFs,
+    ResctrlGroups,
     check_class_name,
 )
-from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, compute_schemata, plan_rdt
+from enforcer.controllers.rdt.values import ROOT_CLASS, ParsedRdt
 
 __all__ = [
     "ROOT_CLASS",
@@ -31,10 +32,10 @@ __all__ = [
     "KernelResctrlFs",
     "MbInfo",
     "ParsedRdt",
-    "RdtController",
     "RdtPlan",
     "RdtUnavailable",
     "ResctrlFs",
+    "ResctrlGroups",
     "ResctrlInfo",
     "UnknownClass",
     "check_class_name",

@@ -10,20 +10,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from enforcer.controllers.rdt.values import (
+    CACHE_ID_ALL,
+    CACHE_TYPES,
+    LEVELS,
+    MAX_MBPS,
+    ROOT_CLASS,
+    BitMask,
+    CacheAllocation,
+    CacheIdAllocation,
+    Level,
+    MbAllocation,
+    MbValue,
+    ParsedClass,
+    ParsedPartition,
+    ParsedRdt,
+    Percent,
+    PercentRange,
+    Problems,
+    Proportion,
+    is_contiguous,
+)
 from resource_contract.class_config import RDTConfig
 from resource_contract.classes import CLASS_NAME_PATTERN
 from resource_contract.config import ConfigError
-
-Level = Literal["L3", "L2"]
-LEVELS: tuple[Level, ...] = ("L3", "L2")  # the kernel's order in a schemata file
-CacheType = Literal["unified", "code", "data"]
-CACHE_TYPES: tuple[CacheType, ...] = ("unified", "code", "data")
-ROOT_CLASS = "system/default"  # goresctrl's name for the root resctrl group
-CACHE_ID_ALL = "all"
-MAX_MBPS = 2**32 - 1  # the kernel's MBA_MAX_MBPS: "no limit" in mba_MBps mode
 
 _CLASS_NAME = re.compile(CLASS_NAME_PATTERN)
 _PERCENT = re.compile(r"(\d+)(?:-(\d+))?%")
@@ -33,165 +45,13 @@ _MB_VALUE = re.compile(r"(\d+)(%|MBps)")
 _FIELD = {"L3": "l3Allocation", "L2": "l2Allocation"}
 
 
-# -- values ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Percent:
-    """`"60%"`: that share of the partition (or of the whole cache, for a partition)."""
-
-    value: int
-    path: str = field(default="", compare=False)
-
-    def __str__(self) -> str:
-        return f"{self.value}%"
-
-
-@dataclass(frozen=True)
-class PercentRange:
-    """`"50-100%"`: that slice of the partition; classes only."""
-
-    low: int
-    high: int
-    path: str = field(default="", compare=False)
-
-    def __str__(self) -> str:
-        return f"{self.low}-{self.high}%"
-
-
-@dataclass(frozen=True)
-class BitMask:
-    """`"0xff0"` or `"4-11"`: absolute bits; for a class, relative to its partition's lowest bit."""
-
-    bits: int
-    path: str = field(default="", compare=False)
-
-    def __str__(self) -> str:
-        return hex(self.bits)
-
-
-Proportion = Percent | PercentRange | BitMask
-
-
-@dataclass(frozen=True)
-class CacheIdAllocation:
-    """The allocation for one cache id: unified, and with CDP optionally code and data."""
-
-    unified: Proportion
-    code: Proportion | None = None
-    data: Proportion | None = None
-
-    def get(self, kind: CacheType) -> Proportion | None:
-        return {"unified": self.unified, "code": self.code, "data": self.data}[kind]
-
-    def effective(self, kind: CacheType) -> Proportion:
-        """Code and data fall back to unified, as in goresctrl."""
-        return self.get(kind) or self.unified
-
-
-@dataclass(frozen=True)
-class CacheAllocation:
-    """`l2Allocation`/`l3Allocation`: the `all` default plus per-cache-id overrides."""
-
-    default: CacheIdAllocation
-    overrides: tuple[tuple[frozenset[int], CacheIdAllocation], ...] = ()
-    path: str = field(default="", compare=False)
-
-    def at(self, cache_id: int) -> CacheIdAllocation:
-        for ids, alloc in self.overrides:
-            if cache_id in ids:
-                return alloc
-        return self.default
-
-    def proportions(self) -> Iterable[Proportion]:
-        for alloc in (self.default, *(a for _, a in self.overrides)):
-            yield from (p for p in (alloc.unified, alloc.code, alloc.data) if p is not None)
-
-
-@dataclass(frozen=True)
-class MbValue:
-    """One `mbAllocation` entry list: a percentage and/or an MBps value (mba_MBps mode)."""
-
-    percent: int | None
-    mbps: int | None
-    path: str = field(default="", compare=False)
-
-
-@dataclass(frozen=True)
-class MbAllocation:
-    default: MbValue
-    overrides: tuple[tuple[frozenset[int], MbValue], ...] = ()
-    path: str = field(default="", compare=False)
-
-    def at(self, cache_id: int) -> MbValue:
-        for ids, value in self.overrides:
-            if cache_id in ids:
-                return value
-        return self.default
-
-    def values(self) -> Iterable[MbValue]:
-        return (self.default, *(v for _, v in self.overrides))
-
-
-@dataclass(frozen=True)
-class ParsedClass:
-    name: str
-    partition: str
-    path: str
-    cat: Mapping[Level, CacheAllocation | None]
-    mb: MbAllocation | None
-
-
-@dataclass(frozen=True)
-class ParsedPartition:
-    name: str
-    path: str
-    cat: Mapping[Level, CacheAllocation | None]
-    mb: MbAllocation | None
-    classes: tuple[ParsedClass, ...]
-
-
-@dataclass(frozen=True)
-class ParsedRdt:
-    """The `rdt:` section, parsed. Partitions are in name order (goresctrl resolves them so)."""
-
-    optional: Mapping[str, bool]  # "L2", "L3", "MB" -> options.<x>.optional
-    partitions: tuple[ParsedPartition, ...]
-
-    @property
-    def classes(self) -> dict[str, ParsedClass]:
-        return {c.name: c for p in self.partitions for c in p.classes}
-
-
-# -- bit helpers ----------------------------------------------------------------------------
-
-
-def lowest_bit(mask: int) -> int:
-    return (mask & -mask).bit_length() - 1
-
-
-def is_contiguous(mask: int) -> bool:
-    """One block of consecutive 1 bits, as Intel's CAT requires."""
-    if mask <= 0:
-        return False
-    shifted = mask >> lowest_bit(mask)
-    return shifted & (shifted + 1) == 0
-
-
 # -- parsing --------------------------------------------------------------------------------
-
-
-class _Problems(list[str]):
-    def add(self, path: str, message: str) -> None:
-        line = f"{path}: {message}"
-        if line not in self:
-            self.append(line)
 
 
 _NOT_A_STRING_HINT = " (write it in quotes: YAML reads an unquoted 0xff0 as the number 4080)"
 
 
-def _proportion(raw: Any, path: str, out: _Problems) -> Proportion | None:
+def _proportion(raw: Any, path: str, out: Problems) -> Proportion | None:
     """`"60%"`, `"50-100%"`, `"0xff0"` or `"4-11"`; None (with a problem) when malformed."""
     if not isinstance(raw, str):
         hint = _NOT_A_STRING_HINT if isinstance(raw, int) and not isinstance(raw, bool) else ""
@@ -270,7 +130,7 @@ def parse_id_list(key: str) -> frozenset[int] | None:
     return frozenset(ids)
 
 
-def _parse_cache_id_value(raw: Any, path: str, out: _Problems) -> CacheIdAllocation | None:
+def _parse_cache_id_value(raw: Any, path: str, out: Problems) -> CacheIdAllocation | None:
     if isinstance(raw, dict):
         unknown = [k for k in raw if k not in CACHE_TYPES]
         for key in unknown:
@@ -290,7 +150,7 @@ def _parse_cache_id_value(raw: Any, path: str, out: _Problems) -> CacheIdAllocat
 
 
 def _per_id(
-    raw: Mapping[Any, Any], path: str, out: _Problems, parse: Any, *, require_all: bool
+    raw: Mapping[Any, Any], path: str, out: Problems, parse: Any, *, require_all: bool
 ) -> tuple[Any, tuple[tuple[frozenset[int], Any], ...]] | None:
     """Shared by cache and MB maps: `all` plus cache id keys; ids may not be listed twice."""
     ok = True
@@ -330,7 +190,7 @@ def _per_id(
     return default, tuple(overrides)
 
 
-def _cache_allocation(raw: Any, path: str, out: _Problems) -> CacheAllocation | None:
+def _cache_allocation(raw: Any, path: str, out: Problems) -> CacheAllocation | None:
     """A whole `l2Allocation`/`l3Allocation` value; None when absent or malformed."""
     if raw is None:
         return None
@@ -343,7 +203,7 @@ def _cache_allocation(raw: Any, path: str, out: _Problems) -> CacheAllocation | 
     return CacheAllocation(value, (), path) if value is not None else None
 
 
-def _parse_mb_value(raw: Any, path: str, out: _Problems) -> MbValue | None:
+def _parse_mb_value(raw: Any, path: str, out: Problems) -> MbValue | None:
     if not isinstance(raw, list) or not raw:
         out.add(path, f'must be a list such as ["50%"] or ["50%", "1000MBps"], not {raw!r}')
         return None
@@ -377,7 +237,7 @@ def _parse_mb_value(raw: Any, path: str, out: _Problems) -> MbValue | None:
     return MbValue(percent, mbps, path) if ok else None
 
 
-def _mb_allocation(raw: Any, path: str, out: _Problems) -> MbAllocation | None:
+def _mb_allocation(raw: Any, path: str, out: Problems) -> MbAllocation | None:
     """`mbAllocation`: a list for all cache ids, or a map of cache ids to lists."""
     if raw is None:
         return None
@@ -393,7 +253,7 @@ def _mb_allocation(raw: Any, path: str, out: _Problems) -> MbAllocation | None:
 
 
 def _parsed(parse: Any, raw: Any, path: str) -> Any:
-    out = _Problems()
+    out = Problems()
     value = parse(raw, path, out)
     if out:
         raise ValueError("\n".join(out))
@@ -489,7 +349,7 @@ def _partition_name(path: str) -> str:
     return parts[2] if len(parts) > 2 else path
 
 
-def _cross_check_defaults(partitions: Sequence[ParsedPartition], out: _Problems) -> None:
+def _cross_check_defaults(partitions: Sequence[ParsedPartition], out: Problems) -> None:
     """Partition shares on a cache id that no partition lists: the `all` values meet there."""
     for level in LEVELS:
         allocs = [(f"{p.path}.{_FIELD[level]}", p.cat[level]) for p in partitions]
@@ -516,7 +376,7 @@ def _cross_check_defaults(partitions: Sequence[ParsedPartition], out: _Problems)
 
 
 def _class_problems(
-    name: str, path: str, partition: str, seen: dict[str, str], out: _Problems
+    name: str, path: str, partition: str, seen: dict[str, str], out: Problems
 ) -> None:
     if name != ROOT_CLASS and not _CLASS_NAME.fullmatch(name):
         out.add(path, f'class name "{name}" must match {CLASS_NAME_PATTERN} (or be {ROOT_CLASS})')
@@ -532,7 +392,7 @@ def _class_problems(
 def parse_rdt(config: RDTConfig, problems: list[str] | None = None) -> ParsedRdt:
     """Parses the `rdt:` section. Problems are appended to `problems` when given; otherwise
     a ConfigError listing them is raised."""
-    out = _Problems()
+    out = Problems()
     seen: dict[str, str] = {}
     partitions: list[ParsedPartition] = []
     for pname in sorted(config.partitions):

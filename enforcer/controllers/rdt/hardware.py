@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from enforcer.controllers.errors import RdtUnavailable
-from enforcer.controllers.rdt.allocation import LEVELS, Level
+from enforcer.controllers.rdt.values import LEVELS, Level
 from resource_files.reads import read_value_file
 
 MOUNTINFO = "/proc/self/mountinfo"

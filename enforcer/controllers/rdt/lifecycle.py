@@ -19,8 +19,8 @@ from enforcer.controllers.base import (
 from enforcer.controllers.cgroups import task_cgroup_dir, task_ids
 from enforcer.controllers.errors import ApplyError, ClassError, RdtUnavailable
 from enforcer.controllers.rdt.allocation import check_rdt, parse_rdt
-from enforcer.controllers.rdt.controller import RdtController
 from enforcer.controllers.rdt.hardware import read_resctrl_info
+from enforcer.controllers.rdt.resctrl_groups import ResctrlGroups
 from enforcer.controllers.rdt.schemata import plan_rdt
 from enforcer.decode import ContainerRequest
 from resource_contract.config import Config, ConfigError
@@ -32,7 +32,7 @@ class RdtClasses(PerContainer):
     name = NAME
 
     def __init__(
-        self, rdt: RdtController, *, cgroupfs_root: str = "/sys/fs/cgroup", checks_root: bool
+        self, rdt: ResctrlGroups, *, cgroupfs_root: str = "/sys/fs/cgroup", checks_root: bool
     ) -> None:
         self.rdt = rdt
         self.cgroupfs_root = cgroupfs_root
@@ -41,7 +41,7 @@ class RdtClasses(PerContainer):
     @classmethod
     def for_node(cls, roots: Roots) -> RdtClasses:
         return cls(
-            RdtController(roots.resctrl or "/sys/fs/resctrl"),
+            ResctrlGroups(roots.resctrl or "/sys/fs/resctrl"),
             cgroupfs_root=roots.cgroupfs or "/sys/fs/cgroup",
             checks_root=roots.resctrl is not None,
         )

@@ -21,6 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from enforcer.controllers.rdt.allocation import (
+    check_partition_shares,
+    parse_rdt,
+)
+from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo
+from enforcer.controllers.rdt.values import (
     CACHE_TYPES,
     LEVELS,
     MAX_MBPS,
@@ -32,14 +37,11 @@ from enforcer.controllers.rdt.allocation import (
     ParsedClass,
     ParsedRdt,
     Percent,
+    Problems,
     Proportion,
-    _Problems,
-    check_partition_shares,
     is_contiguous,
     lowest_bit,
-    parse_rdt,
 )
-from enforcer.controllers.rdt.hardware import CatInfo, MbInfo, ResctrlInfo
 from resource_contract.class_config import RDTConfig
 from resource_contract.config import ConfigError
 
@@ -89,7 +91,7 @@ def _split_bits(
     return masks
 
 
-def _resolve_partitions(parsed: ParsedRdt, level: Level, hw: CatInfo, out: _Problems) -> _Bases:
+def _resolve_partitions(parsed: ParsedRdt, level: Level, hw: CatInfo, out: Problems) -> _Bases:
     """Each partition's masks for one cache level on this machine."""
     field = _FIELD[level]
     partitions = parsed.partitions
@@ -136,7 +138,7 @@ def _resolve_partitions(parsed: ParsedRdt, level: Level, hw: CatInfo, out: _Prob
     return bases
 
 
-def _check_mask(mask: BitMask, hw: CatInfo, level: Level, out: _Problems) -> bool:
+def _check_mask(mask: BitMask, hw: CatInfo, level: Level, out: Problems) -> bool:
     if mask.bits & ~hw.cbm_mask:
         out.add(
             mask.path,
@@ -154,7 +156,7 @@ def _check_mask(mask: BitMask, hw: CatInfo, level: Level, out: _Problems) -> boo
     return True
 
 
-def _overlay(prop: Proportion, base: int, hw: CatInfo, level: Level, out: _Problems) -> int | None:
+def _overlay(prop: Proportion, base: int, hw: CatInfo, level: Level, out: Problems) -> int | None:
     """A class's value on its partition's mask."""
     min_bits = hw.min_cbm_bits
     if not is_contiguous(base) or _ones(base) < min_bits:
@@ -195,7 +197,7 @@ def _overlay(prop: Proportion, base: int, hw: CatInfo, level: Level, out: _Probl
     return ((1 << (msb - lsb + 1)) - 1) << (lsb + base_lsb)
 
 
-def _mb_value(value: MbValue, mb: MbInfo, out: _Problems) -> int | None:
+def _mb_value(value: MbValue, mb: MbInfo, out: Problems) -> int | None:
     if mb.mbps:
         if value.mbps is None:
             out.add(
@@ -213,7 +215,7 @@ def _mb_value(value: MbValue, mb: MbInfo, out: _Problems) -> int | None:
     return value.percent
 
 
-def _mb_bases(parsed: ParsedRdt, mb: MbInfo, out: _Problems) -> dict[str, dict[int, int]]:
+def _mb_bases(parsed: ParsedRdt, mb: MbInfo, out: Problems) -> dict[str, dict[int, int]]:
     full = MAX_MBPS if mb.mbps else 100
     bases: dict[str, dict[int, int]] = {}
     for p in parsed.partitions:
@@ -228,7 +230,7 @@ def _mb_bases(parsed: ParsedRdt, mb: MbInfo, out: _Problems) -> dict[str, dict[i
     return bases
 
 
-def _mb_line(cls: ParsedClass, bases: dict[str, dict[int, int]], mb: MbInfo, out: _Problems) -> str:
+def _mb_line(cls: ParsedClass, bases: dict[str, dict[int, int]], mb: MbInfo, out: Problems) -> str:
     values = []
     for cache_id in mb.cache_ids:
         base = bases[cls.partition][cache_id]
@@ -262,7 +264,7 @@ def plan_rdt(config: RDTConfig | ParsedRdt, info: ResctrlInfo) -> RdtPlan:
     problem, when the configuration does not fit the hardware."""
 
     parsed = config if isinstance(config, ParsedRdt) else parse_rdt(config)
-    out = _Problems()
+    out = Problems()
     warnings: list[str] = []
     classes = parsed.classes
     groups = [name for name in classes if name != ROOT_CLASS]
@@ -319,7 +321,7 @@ def _missing(
     users: list[str],
     parsed: ParsedRdt,
     info: ResctrlInfo,
-    out: _Problems,
+    out: Problems,
     warnings: list[str],
 ) -> None:
     if not users:

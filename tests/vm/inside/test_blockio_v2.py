@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from enforcer.configuration import parse_config
-from enforcer.controllers.blockio import BlockIOController
+from enforcer.controllers.blockio import BlockIOCgroups
 
 ROOT = Path("/sys/fs/cgroup")
 DISK = "vdb"  # the VM's second, empty virtio disk: its scheduler is ours to change
@@ -42,8 +42,8 @@ def classes(device: str) -> dict[str, Any]:
     }
 
 
-def controller(device: str) -> BlockIOController:
-    ctl = BlockIOController(str(ROOT))
+def controller(device: str) -> BlockIOCgroups:
+    ctl = BlockIOCgroups(str(ROOT))
     assert ctl.configure(parse_config({"blockio": {"Classes": classes(device)}}).blockio) == []
     return ctl
 

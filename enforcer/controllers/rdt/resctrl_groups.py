@@ -19,9 +19,10 @@ from typing import Protocol
 
 from enforcer.controllers.cgroups import task_ids
 from enforcer.controllers.errors import ApplyError, InvalidClassName, RdtUnavailable, UnknownClass
-from enforcer.controllers.rdt.allocation import ROOT_CLASS, parse_rdt
+from enforcer.controllers.rdt.allocation import parse_rdt
 from enforcer.controllers.rdt.hardware import ResctrlInfo, read_resctrl_info
 from enforcer.controllers.rdt.schemata import RdtPlan, default_schemata, plan_rdt
+from enforcer.controllers.rdt.values import ROOT_CLASS
 from resource_contract.class_config import RDTConfig
 from resource_contract.classes import (
     CLASS_NAME_PATTERN,
@@ -84,7 +85,7 @@ def check_class_name(name: str) -> str:
     return name
 
 
-class RdtController:
+class ResctrlGroups:
     """Applies the `rdt:` configuration to resctrl and puts containers' tasks into classes.
 
     Not thread-safe: the enforcer calls it from one place at a time.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enforcer.controllers.cpuclass import CpuClassController
+from enforcer.controllers.cpu_class_sysfs import CpuClassSysfs
 from resource_contract.class_config import CPUClass
 from tests.support.fake_cpufreq import MACHINE, make_sysfs, read, snapshot
 
@@ -23,7 +23,7 @@ TURBO = CPUClass(
 ECO = CPUClass(maxFreq=1200000, uncoreMinFreq=800000, uncoreMaxFreq=1600000)
 
 
-class KernelLike(CpuClassController):
+class KernelLike(CpuClassSysfs):
     """Refuses the writes the kernel refuses; records the order of the others."""
 
     writes: list[tuple[str, str]]
@@ -110,7 +110,7 @@ def test_a_die_shared_by_two_classes_gets_the_highest_minimum(tmp_path: Path) ->
 def test_a_machine_without_the_files_gets_a_warning_not_a_failure(tmp_path: Path) -> None:
     root = make_sysfs(tmp_path, cpufreq=False, uncore=False)
     warnings: list[str] = []
-    ctl = CpuClassController(
+    ctl = CpuClassSysfs(
         root,
         MACHINE,
         {"turbo": TURBO, "odd": CPUClass(disabledCstates=["C9"])},
@@ -134,7 +134,7 @@ def test_a_refused_write_is_a_warning_naming_the_file(tmp_path: Path) -> None:
     target.unlink()
     target.mkdir()
     warnings: list[str] = []
-    ctl = CpuClassController(root, MACHINE, {"eco": ECO}, warn=warnings.append)
+    ctl = CpuClassSysfs(root, MACHINE, {"eco": ECO}, warn=warnings.append)
     ctl.apply({0: "eco", 1: "eco"})
     assert read(root, "cpu1/cpufreq/scaling_max_freq") == "1200000"  # the others go on
     assert any(str(target) in w for w in warnings), warnings

@@ -16,7 +16,9 @@ from enforcer.controllers.base import (
     Target,
     admit_class,
 )
-from enforcer.controllers.blockio import BlockIOController, check_blockio, compile_classes
+from enforcer.controllers.blockio.cgroups import BlockIOCgroups
+from enforcer.controllers.blockio.devices import compile_classes
+from enforcer.controllers.blockio.settings import check_blockio
 from enforcer.controllers.errors import ApplyError, ClassError
 from enforcer.decode import ContainerRequest
 from resource_contract.config import Config, ConfigError
@@ -27,13 +29,13 @@ NAME = "blockio"
 class BlockIOClasses(PerContainer):
     name = NAME
 
-    def __init__(self, blockio: BlockIOController) -> None:
+    def __init__(self, blockio: BlockIOCgroups) -> None:
         self.blockio = blockio
 
     @classmethod
     def for_node(cls, roots: Roots) -> BlockIOClasses:
         return cls(
-            BlockIOController(roots.cgroupfs or "/sys/fs/cgroup", sysfs_root=roots.sysfs or "/sys")
+            BlockIOCgroups(roots.cgroupfs or "/sys/fs/cgroup", sysfs_root=roots.sysfs or "/sys")
         )
 
     # -- configuration ---------------------------------------------------------------------

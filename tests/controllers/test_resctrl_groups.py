@@ -17,7 +17,7 @@ from enforcer.controllers.errors import (
     RdtUnavailable,
     UnknownClass,
 )
-from enforcer.controllers.rdt import RdtController
+from enforcer.controllers.rdt import ResctrlGroups
 from resource_contract.class_config import RDTConfig
 from resource_contract.config import ConfigError
 from tests.support.fake_cgroup import make_v1, make_v2
@@ -51,8 +51,8 @@ CONFIG = rdt(
 )
 
 
-def controller(fake: FakeResctrl) -> RdtController:
-    return RdtController(fake.root, fs=fake, mount_options=fake.mount_options)
+def controller(fake: FakeResctrl) -> ResctrlGroups:
+    return ResctrlGroups(fake.root, fs=fake, mount_options=fake.mount_options)
 
 
 def read(path: Path) -> str:
@@ -296,7 +296,7 @@ def test_unknown_classes(fake_resctrl: Make) -> None:
 
 
 def test_rdt_unavailable(tmp_path: Path) -> None:
-    ctl = RdtController(tmp_path / "no-resctrl")
+    ctl = ResctrlGroups(tmp_path / "no-resctrl")
     warnings = ctl.configure(CONFIG)
     assert warnings == [
         f"rdt: RDT is not available: no resctrl filesystem is mounted at {tmp_path}/no-resctrl "

@@ -34,7 +34,7 @@ _CPU = "devices/system/cpu"
 _UNCORE = f"{_CPU}/intel_uncore_frequency"
 
 
-class CpuClassController:
+class CpuClassSysfs:
     def __init__(
         self,
         sysfs_root: str | Path,
