@@ -31,6 +31,17 @@ class Histogram:
             self.count - earlier.count,
         )
 
+    def plus(self, other: Histogram) -> Histogram:
+        """Both histograms' observations together (same buckets, as from one metric)."""
+        if not self.buckets:
+            return other
+        theirs = dict(other.buckets)
+        return Histogram(
+            tuple((le, n + theirs.get(le, 0.0)) for le, n in self.buckets),
+            self.total + other.total,
+            self.count + other.count,
+        )
+
     def quantile(self, q: float) -> float:
         """histogram_quantile(q): NaN without observations; the highest finite bound when the
         rank falls into the +Inf bucket."""

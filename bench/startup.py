@@ -3,16 +3,23 @@ enforcer, with the CRI relay and with the NRI plugin, in the same run; and the w
 admission latency as the API server itself reports it.
 
     .venv/bin/python -m bench startup [--pods 100] [--bursts 4] [--burst-size 30]
-                                      [--modes none,relay,nri]
+                                      [--modes none,relay,nri] [--rounds 2]
 
 Needs root and the cluster's builds (tests/beds/cluster/build.sh); holds the host's kubepods
-cgroups while it runs: run it under the shared lock (`flock /tmp/kre-real.lock ...`). For each
-mode a cluster of its own comes up in `.cluster-bench/` (tests/support/cluster/, mode `none`
-is the node without the webhook and the enforcer), the enforcer's configuration is the tests'
-static policy with CPU 0 reserved, and then, after a few warm-up pods that do not count:
+cgroups while it runs: run it under the shared lock (`flock /tmp/kre-real.lock ...`). The modes
+are interleaved, so that the machine's load drifting over the run falls on all of them alike:
+``--rounds`` rounds, each bringing up every mode's cluster in turn (the order rotated from one
+round to the next: none, relay, nri; then relay, nri, none; ...) and measuring its share of the
+pods there. A cluster of its own comes up in `.cluster-bench/` (tests/support/cluster/, mode
+`none` is the node without the webhook and the enforcer), the enforcer's configuration is the
+tests' static policy with CPU 0 reserved, and then, after a few warm-up pods that do not count:
 
 - one at a time: ``--pods`` Burstable busybox pods, each `kubectl apply`-ed when the one before
   is Ready (the pods are deleted in batches between two, outside the timing);
+
+after every deletion the node is waited for until it has torn the pods down (their pod cgroups
+gone, which kubelet removes once their containers and sandbox are stopped), so the first pod
+after a deletion does not wait behind that teardown;
 - bursts: ``--bursts`` times ``--burst-size`` pods in one `kubectl apply`, each pod's latency
   counted from that apply.
 
@@ -35,12 +42,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.histogram import Histogram, histogram
+from bench.histogram import EMPTY, Histogram, histogram
 from bench.relay import RESULTS, percentile
 from tests.support.cluster import workloads as w
 from tests.support.cluster.bed import Cluster
 from tests.support.cluster.kube import Kubectl
-from tests.support.cluster.layout import REPO
+from tests.support.cluster.layout import CGROUP_ROOT, REPO
 
 NS = "bench-startup"
 WEBHOOK = "resources.resource-enforcer.dev"
@@ -51,6 +58,8 @@ WATCH_FORMAT = (
     '{" ready="}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}'
 )
 READY_TIMEOUT = 300.0
+TEARDOWN_TIMEOUT = 300.0
+POD_CGROUPS = Path("/sys/fs/cgroup/cpuset") / CGROUP_ROOT / "kubepods"
 
 
 class PodWatch:
@@ -101,8 +110,26 @@ def pod(name: str) -> dict[str, Any]:
     return w.pod(name, NS, w.container("app", w.burstable("10m", "16Mi")))
 
 
+def pod_cgroups() -> set[str]:
+    """The node's pod cgroups (every QoS class), by name."""
+    found: set[str] = set()
+    for qos in (POD_CGROUPS, POD_CGROUPS / "burstable", POD_CGROUPS / "besteffort"):
+        if qos.is_dir():
+            found.update(d.name for d in qos.iterdir() if d.is_dir() and d.name.startswith("pod"))
+    return found
+
+
 def delete_pods(kubectl: Kubectl) -> None:
+    """Deletes the bench's pods and waits until the node tore them down: `--wait` returns once
+    the API objects are gone, while kubelet and the runtime still stop the sandboxes; that ends
+    when kubelet removes the pods' cgroups."""
+    uids = {f"pod{p['metadata']['uid']}" for p in kubectl.json("-n", NS, "get", "pods")["items"]}
     kubectl.run("-n", NS, "delete", "pods", "--all", "--wait=true", timeout=600)
+    deadline = time.monotonic() + TEARDOWN_TIMEOUT
+    while left := uids & pod_cgroups():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(left)} deleted pods not torn down after {TEARDOWN_TIMEOUT} s")
+        time.sleep(0.2)
 
 
 def wait_default_service_account(kubectl: Kubectl, timeout: float = 120) -> None:
@@ -153,7 +180,10 @@ def bursts(
     return out
 
 
-def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def measure(
+    mode: str, root: Path, args: argparse.Namespace, pods: int, rounds: int
+) -> dict[str, Any]:
+    """One mode's cluster up, `pods` one at a time and `rounds` bursts measured, down."""
     cluster = Cluster(mode, root, baseline=True)
     started = time.monotonic()
     cluster.up()
@@ -167,8 +197,8 @@ def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         try:
             one_at_a_time(kubectl, watch, args.warmup, "warm")
             before = admission(kubectl)
-            single = one_at_a_time(kubectl, watch, args.pods, "one")
-            burst = bursts(kubectl, watch, args.bursts, args.burst_size, "burst")
+            single = one_at_a_time(kubectl, watch, pods, "one")
+            burst = bursts(kubectl, watch, rounds, args.burst_size, "burst")
             hook = admission(kubectl).minus(before)
         finally:
             watch.stop()
@@ -179,6 +209,22 @@ def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "one_at_a_time": single,
         "burst": burst,
+        "webhook": hook,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's rounds as one run: the samples together, the webhook's histograms added."""
+    hook = EMPTY
+    for part in parts:
+        hook = hook.plus(part["webhook"])
+    return {
+        "one_at_a_time": {
+            k: [v for part in parts for v in part["one_at_a_time"][k]]
+            for k in ("ready", "applied", "scheduled")
+        },
+        "burst": {k: [v for part in parts for v in part["burst"][k]] for k in ("ready", "applied")},
         "webhook": {
             "count": hook.count,
             "p50": hook.quantile(0.5),
@@ -186,8 +232,20 @@ def measure(mode: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
             "mean": hook.mean,
             "buckets": hook.buckets,
         },
-        "seconds": time.monotonic() - started,
+        "seconds": sum(part["seconds"] for part in parts),
+        "rounds": len(parts),
     }
+
+
+def shares(total: int, rounds: int) -> list[int]:
+    """`total` split over `rounds` as evenly as can be (the first rounds take the rest)."""
+    return [total // rounds + (1 if r < total % rounds else 0) for r in range(rounds)]
+
+
+def order(modes: list[str], round_index: int) -> list[str]:
+    """The modes of one round: rotated by one from the round before."""
+    k = round_index % len(modes)
+    return modes[k:] + modes[:k]
 
 
 def figures(run: dict[str, Any]) -> dict[str, float]:
@@ -242,20 +300,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--burst-size", type=int, default=30, help="pods per burst")
     parser.add_argument("--warmup", type=int, default=3, help="pods not counted, per mode")
     parser.add_argument("--modes", default="none,relay,nri", help="comma-separated, in order")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds the modes alternate in")
     parser.add_argument("--dir", type=Path, default=REPO / ".cluster-bench")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench startup needs root (kubelet, containerd, cgroups, the CNI bridge)")
         return 1
-    runs: dict[str, dict[str, Any]] = {}
-    for mode in args.modes.split(","):
-        print(
-            f"-- {mode}: cluster up, {args.pods} pods one at a time, "
-            f"{args.bursts} bursts of {args.burst_size}",
-            flush=True,
-        )
-        runs[mode] = measure(mode, args.dir, args)
-        print("\n".join(table(runs, args.burst_size)), flush=True)
+    modes = args.modes.split(",")
+    rounds = max(1, args.rounds)
+    pods, burst_rounds = shares(args.pods, rounds), shares(args.bursts, rounds)
+    parts: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode in order(modes, r):
+            print(
+                f"-- round {r + 1}/{rounds}, {mode}: cluster up, {pods[r]} pods one at a time, "
+                f"{burst_rounds[r]} bursts of {args.burst_size}",
+                flush=True,
+            )
+            parts[mode].append(measure(mode, args.dir, args, pods[r], burst_rounds[r]))
+        done = {m: merged(p) for m, p in parts.items() if p}
+        print("\n".join(table(done, args.burst_size)), flush=True)
+    runs = {m: merged(p) for m, p in parts.items()}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "startup.json").write_text(
         json.dumps({"figures": {m: figures(r) for m, r in runs.items()}, "runs": runs}, indent=1)

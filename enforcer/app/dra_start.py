@@ -5,9 +5,11 @@ A task follows the live configuration: while `dra.enabled` is set (and a node na
 credentials are at hand: the driver reads claims and writes ResourceSlices), the kubelet
 plugin's two sockets are served under `--kubelet-dir`, and the node's ResourceSlices are kept
 equal to the devices offered now: re-published after every change of placements (our own
-exclusive CPUs come and go) and of the configuration (`dra.mode`, reserved or available CPUs),
-the devices being computed again every round. When `dra.enabled` is turned off the sockets go
-and the slices are withdrawn; prepared claims stay held until kubelet unprepares them.
+exclusive CPUs come and go), of the configuration (`dra.mode`, reserved or available CPUs)
+and of the hardware (the CPUs online, `<sysfs>/devices/system/cpu/online` read again every
+round), the devices being computed again every round. When `dra.enabled` is turned off the
+sockets go and the slices are withdrawn; prepared claims stay held until kubelet unprepares
+them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from enforcer.dra.kubelet_plugin import KubeletPlugin
 from enforcer.dra.slices import ClusterDRA, SliceWriteError
 from enforcer.engine import Enforcer
 from enforcer.options import RunOptions
+from enforcer.sysfs import read_online_cpus
+from enforcer.topology import CPUSet, TopologyError
 from enforcer.worker import EngineWorker
 
 log = logging.getLogger("enforcer")
@@ -43,6 +47,7 @@ class DRAHandle:
     driver: DRADriver | None = None
     cluster: ClusterDRA | None = None
     _said: str = ""
+    _online_said: str = ""
 
     def stop(self) -> None:
         """Stops serving kubelet; the slices stay (kubelet wipes them if we do not return)."""
@@ -90,6 +95,45 @@ class DRAHandle:
         self._said = ""
         return True
 
+    def read_online(self) -> CPUSet | None:
+        """The CPUs online now, handed to the driver; a change is logged, a CPU the enforcer
+        did not know at start named once, a file that cannot be read said once (the last
+        reading stays)."""
+        driver = self.driver
+        if driver is None:
+            return None
+        try:
+            online = read_online_cpus(self.options.sysfs_root)
+        except TopologyError as exc:
+            self._say_online(f"the DRA driver keeps the CPUs online it last read: {exc}")
+            return driver.online
+        before = driver.online if driver.online is not None else self.enforcer.topology.online
+        if online != before:
+            log.info("online CPUs now %s (were %s): DRA devices published again", online, before)
+            unknown = online - self.enforcer.topology.online
+            if unknown:
+                self._say_online(
+                    f"CPUs {unknown} came online after the enforcer started: not offered to "
+                    "DRA claims (nor placed by the policy) until the enforcer restarts"
+                )
+        driver.online = online
+        return online
+
+    def _say_online(self, text: str) -> None:
+        if text != self._online_said:
+            log.warning("%s", text)
+            self._online_said = text
+
+    async def publish(self) -> bool:
+        """One round: the CPUs online read again, the devices computed on the worker, the
+        slices made to hold them; whether anything was written (SliceWriteError and the
+        client's errors go to the caller)."""
+        assert self.driver is not None and self.cluster is not None
+        self.read_online()
+        devices = await self.worker.run(self.driver.devices)
+        written: bool = await asyncio.to_thread(self.cluster.publish, devices)
+        return written
+
     async def run(self) -> None:
         while True:
             enabled = self.enforcer.config.dra.enabled
@@ -104,8 +148,7 @@ class DRAHandle:
                 log.info("dra.enabled is off: the DRA driver stopped, its ResourceSlices withdrawn")
             if self.plugin is not None and self.driver is not None and self.cluster is not None:
                 try:
-                    devices = await self.worker.run(self.driver.devices)
-                    await asyncio.to_thread(self.cluster.publish, devices)
+                    await self.publish()
                     self._said = ""
                 except asyncio.CancelledError:
                     raise

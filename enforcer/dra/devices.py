@@ -130,6 +130,12 @@ def _cpu_device(
 def _node_device(topology: Topology, node: int, cpus: CPUSet, smt: bool) -> dict[str, Any]:
     first = topology.cpus[min(cpus)]
     count = str(len(cpus))
+    # Whole CPUs: steps of 1 from 1. The API server refuses a step that does not fit once
+    # above the minimum (min + step > value: "one step 2 is larger than capacity value: 1"),
+    # so a group of one CPU has no step: its range, [1, 1], holds the one whole CPU anyway.
+    valid_range = {"min": "1", "max": count}
+    if len(cpus) > 1:
+        valid_range["step"] = "1"
     return {
         "name": node_device_name(node),
         "allowMultipleAllocations": True,
@@ -145,7 +151,7 @@ def _node_device(topology: Topology, node: int, cpus: CPUSet, smt: bool) -> dict
                 "value": count,
                 "requestPolicy": {
                     "default": "1",
-                    "validRange": {"min": "1", "max": count, "step": "1"},
+                    "validRange": valid_range,
                 },
             }
         },

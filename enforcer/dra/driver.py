@@ -65,6 +65,9 @@ class DRADriver:
         self.on_worker = on_worker
         self.cdi_dir = Path(cdi_dir)
         self.details = dict(details or {})
+        # The CPUs online now, as the app last read them from sysfs (None: not read, those
+        # online at start). Replaced whole by the app, read by the worker.
+        self.online: CPUSet | None = None
 
     # -- kubelet ----------------------------------------------------------------------------
 
@@ -88,7 +91,7 @@ class DRADriver:
                 claim,
                 node_name=self.node_name,
                 topology=enforcer.topology,
-                offered=policy.available - policy.reserved,
+                offered=self._online_only(policy.available - policy.reserved),
                 holders=engine_claims.holders(policy),
                 rules=class_rules(enforcer),
             )
@@ -116,10 +119,18 @@ class DRADriver:
 
     # -- the ResourceSlices -----------------------------------------------------------------
 
+    def _online_only(self, cpus: CPUSet) -> CPUSet:
+        online = self.online
+        return cpus if online is None else cpus & online
+
     def devices(self) -> list[dict[str, Any]]:
-        """The devices to publish now (call on the worker): CPUs available, not reserved and
-        not held exclusively by a container (a claim's own CPUs stay: the scheduler counts
-        them as allocated)."""
+        """The devices to publish now (call on the worker): CPUs available, not reserved, not
+        held exclusively by a container and online (`self.online`, read again from sysfs by
+        the app; until then, those online at start). A prepared claim's CPUs stay published
+        while the configuration offers them, even one gone offline: the scheduler counts them
+        as the claim's (in `grouped` mode, as consumed capacity), so the free devices or
+        capacity it sees are the CPUs really free, never one a claim holds. CPUs that came
+        online after the start are not offered: the enforcer's topology was read then."""
         enforcer = self.enforcer
         policy = enforcer.policy
         by_containers = CPUSet(
@@ -129,6 +140,12 @@ class DRADriver:
             for cpu in admitted.exclusive
         )
         offered = allocatable_cpus(policy.available, policy.reserved, by_containers)
+        online = self.online
+        if online is not None:
+            claimed = CPUSet().union(
+                *(held.exclusive for held in engine_claims.claims(policy).values())
+            )
+            offered = (offered & online) | (offered & claimed)
         return build_devices(
             enforcer.topology,
             offered,

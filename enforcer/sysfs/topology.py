@@ -33,6 +33,12 @@ class _RawCPU:
     l3_id: int | None
 
 
+def read_online_cpus(sysfs_root: Path | str = "/sys") -> CPUSet:
+    """The CPUs online now (`<root>/devices/system/cpu/online`); TopologyError naming the file
+    when it is missing or holds garbage. Cheap: one small file, read again on every call."""
+    return _read_cpuset(Path(sysfs_root) / "devices" / "system" / "cpu" / "online")
+
+
 def read_topology(sysfs_root: Path | str = "/sys") -> Topology:
     """Discover the topology of the machine whose sysfs is mounted at `sysfs_root`."""
     system = Path(sysfs_root) / "devices" / "system"

@@ -76,6 +76,16 @@ def test_grouped_mode_offers_one_shareable_device_per_node_with_its_cpus_as_capa
     assert node1["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
 
 
+def test_a_group_of_one_cpu_has_a_range_without_a_step() -> None:
+    # The API server (1.37) refuses a validRange whose min plus one step passes the capacity
+    # ("one step 2 is larger than capacity value: 1"): a 2-CPU node with CPU 0 reserved.
+    (device,) = build_devices(TWO_NODES, CPUSet.of(1), "grouped")
+    assert device["capacity"]["cpu"] == {
+        "value": "1",
+        "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "1"}},
+    }
+
+
 def test_grouped_mode_leaves_out_a_node_with_nothing_to_offer() -> None:
     devices = build_devices(TWO_NODES, TWO_NODES.cpus_of_node(1), "grouped")
     assert [d["name"] for d in devices] == ["numa-1"]

@@ -57,3 +57,12 @@ def test_the_difference_of_two_scrapes_counts_only_what_happened_between() -> No
 def test_no_series_and_no_observations() -> None:
     assert histogram("", NAME, MATCH) is EMPTY
     assert math.isnan(EMPTY.quantile(0.5)) and math.isnan(EMPTY.mean)
+
+
+def test_two_rounds_added_count_both() -> None:
+    one = histogram(scrape([10, 20, 30, 40], [0] * 4, [0] * 4), NAME, MATCH)
+    two = histogram(scrape([0, 0, 5, 10], [0] * 4, [0] * 4), NAME, MATCH)
+    both = one.plus(two)
+    assert both.count == 50 and math.isclose(both.total, 0.5)
+    assert both.buckets == ((0.005, 10.0), (0.025, 20.0), (0.1, 35.0), (math.inf, 50.0))
+    assert EMPTY.plus(one) == one
