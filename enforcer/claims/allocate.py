@@ -67,9 +67,9 @@ def _amount(capacity: Capacity, asked: Decimal | None) -> Decimal | None:
 
 def demand(choice: Choice, device: Device) -> dict[str, Decimal] | None:
     """The capacity one result of `choice` takes of `device`; None when it cannot fit at all."""
+    if any(k not in device.capacity_names for k in choice.capacity):
+        return None  # as the scheduler: a name the device does not publish, exactly
     asked = {qualified(device.driver, k): v for k, v in choice.capacity.items()}
-    if any(name not in device.capacity for name in asked):
-        return None
     if not device.shared:
         fits = all(device.capacity[n].value >= v for n, v in asked.items())
         return {} if fits else None

@@ -61,6 +61,9 @@ class Device:
     capacity: Mapping[str, Capacity]  # qualified name -> capacity
     shared: bool = False  # allowMultipleAllocations
     versions: frozenset[str] = frozenset()  # the attributes typed `version`
+    # The capacity names exactly as the slice publishes them: a request names one of these
+    # (the scheduler does not qualify a request's capacity name with the driver).
+    capacity_names: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -220,6 +223,7 @@ def devices_of_slice(spec: Any, where: str) -> list[Device]:
                 capacity=capacity,
                 shared=d.get("allowMultipleAllocations") is True,
                 versions=versions,
+                capacity_names=frozenset(caps),
             )
         )
     return devices

@@ -26,9 +26,9 @@ from enforcer.engine.claimed import claims
 from enforcer.options import RunOptions
 from enforcer.topology import CPUSet
 from enforcer.worker import EngineWorker
-from resource_contract.config import parse_config
+from resource_contract.config import Config, parse_config
 from tests.dra.test_dra_slices import SLICES
-from tests.engine.test_engine_core import StandInRuntime, create, enforcer
+from tests.engine.standins import StandInRuntime, create, enforcer
 from tests.support.fake_apiserver import FakeAPIServer
 from tests.support.pods import guaranteed
 
@@ -54,6 +54,11 @@ class Bed:
     server: FakeAPIServer
     sysfs: Path
     api: dict[str, dict[str, Any]]
+    worker: EngineWorker
+
+    def reconfigure(self, config: Config) -> list[str]:
+        """A new configuration, applied on the engine's worker as the daemon applies it."""
+        return asyncio.run(self.worker.run(self.enforcer.reconfigure, config))
 
     def set_online(self, cpus: str) -> None:
         (self.sysfs / "devices" / "system" / "cpu" / "online").write_text(cpus + "\n")
@@ -97,7 +102,7 @@ def make_bed(tmp_path: Path, mode: str, claim_docs: list[dict[str, Any]]) -> Ite
         handle = DRAHandle(RunOptions(sysfs_root=str(sysfs)), e, worker)
         handle.driver = driver
         handle.cluster = ClusterDRA(lambda: make_api_client(kubeconfig), "node-a")
-        bed = Bed(e, handle, driver, server, sysfs, api)
+        bed = Bed(e, handle, driver, server, sysfs, api, worker)
         bed.set_online("0-3")
         yield bed
     worker.close()
@@ -150,7 +155,7 @@ def test_the_slices_follow_the_cpus_online(
     config = parse_config(
         {"policy": {"name": "static", "reservedCPUs": "0-1"}, "dra": {"enabled": True}}
     )
-    assert bed.enforcer.reconfigure(config) == []
+    assert bed.reconfigure(config) == []
     assert bed.publish()
     assert bed.names() == ["cpu-2", "cpu-3"]
 

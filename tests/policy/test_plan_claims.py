@@ -479,3 +479,20 @@ def test_the_example_templates_of_the_docs_are_allocated(
     assert claims["six-or-four"]["error"] is None
     assert len(CPUSet.parse(claims["six-or-four"]["cpus"])) == 6
     assert [d["request"] for d in claims["six-or-four"]["devices"]] == ["cpus/six"]
+
+
+def test_a_capacity_named_otherwise_than_published_is_not_allocated(
+    machine: tuple[Path, Topology], tmp_path: Path
+) -> None:
+    """The scheduler matches a request's capacity name exactly as the device publishes it
+    (`cpu`): a name qualified with the driver's domain matches no device, so `plan` must not
+    allocate it either."""
+    _, topology = machine
+    qualified_name = {"capacity": {"requests": {f"{CPU}/cpu": "2"}}}
+    docs = [
+        template("q", claim_spec(cpus_request(count=1, **qualified_name))),
+        pod("p0", using("main", "c"), claims=[{"name": "c", "resourceClaimTemplateName": "q"}]),
+    ]
+    rows, claims = plan_rows(tmp_path, topology, config("grouped"), docs)
+    assert rows[0]["cpus"] is None
+    assert claims["p0-c"]["error"] is not None and "capacity" in claims["p0-c"]["error"]
