@@ -8,8 +8,10 @@ in CI. On a machine without them, leave those tests out explicitly with
 ``pytest -m "not containerd"``.
 
 ``containerd17``, ``containerd21``, ``containerd24``: a private containerd of the matrix with NRI
-on (tests.support.runtimes), marked ``containerd`` too. Missing (its installer not run), each
-fails as the 1.6 one does, naming the command that installs it.
+on (tests.support.runtimes), marked ``containerd`` too; ``crio134``: a private CRI-O 1.34 with
+NRI on (tests.support.crio: its own storage, run root and sockets, cgroupfs, images pulled from
+a loopback registry), marked ``containerd`` as well (a real runtime). Missing (its installer
+not run), each fails as the 1.6 one does, naming the command that installs it.
 ``tests.support.runtimes.session_runtime`` gives the session's instance of a release by its test
 id (``containerd2.1``).
 
@@ -38,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs the fixture needs a real containerd: mark it so `-m` can select it.
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if any(n.startswith("containerd") for n in names):
+        if any(n.startswith(("containerd", "crio")) for n in names):
             item.add_marker(pytest.mark.containerd)
 
 
@@ -69,6 +71,8 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
 
 
 def _nri_runtime(name: str) -> Iterator[NriContainerd]:
+    from tests.support.crio import PrivateCrio
+
     release = RELEASES[name]
     reason = release.unavailable()
     if reason:
@@ -77,7 +81,7 @@ def _nri_runtime(name: str) -> Iterator[NriContainerd]:
             'or run `pytest -m "not containerd"`.',
             pytrace=False,
         )
-    ctrd = NriContainerd(release=release)
+    ctrd = PrivateCrio() if release.crio else NriContainerd(release=release)
     try:
         ctrd.start()
     except ContainerdError as e:
@@ -102,6 +106,11 @@ def containerd21() -> Iterator[NriContainerd]:
 @pytest.fixture(scope="session")
 def containerd24() -> Iterator[NriContainerd]:
     yield from _nri_runtime("containerd2.4")
+
+
+@pytest.fixture(scope="session")
+def crio134() -> Iterator[NriContainerd]:
+    yield from _nri_runtime("crio1.34")
 
 
 @pytest.fixture(scope="session")

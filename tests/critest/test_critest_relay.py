@@ -23,7 +23,7 @@ from tests.critest.summary import RESULTS, RuntimeResult
 from tests.support.critest import run_critest_groups
 from tests.support.critest_bed import CritestBed
 
-CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4")
+CRITEST_RUNTIMES = ("containerd1.7", "containerd2.1", "containerd2.4", "crio1.34")
 
 _EXEC_TIMEOUT = (
     "[k8s.io] Container runtime should support basic operations on container runtime should "

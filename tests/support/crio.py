@@ -14,32 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from tests.support import images
-from tests.support.containerd import ContainerdError, PrivateContainerd, _pids, _toml_str
+from tests.support.containerd import ContainerdError, _pids, _toml_str
 from tests.support.registry import LocalRegistry, registry_available
-from tests.support.runtimes import REPO, _cache
+from tests.support.runtimes import NriContainerd
 
 CONMON = "/usr/bin/conmon"
 CRIO = "crio1.34"  # its test id in the matrix
 INSTALLER = "tests/beds/runtimes/crio.sh"
 
 
-def crio_version() -> str:
-    gomod = (REPO / "tests/beds/runtimes/crio/go.mod").read_text()
-    found = re.search(r"github\.com/cri-o/cri-o v(\S+)", gomod)
-    assert found, "tests/beds/runtimes/crio/go.mod does not require cri-o"
-    return found.group(1)
-
-
 def crio_bin_dir() -> Path:
-    return _cache() / f"crio-{crio_version()}" / "bin"
+    from tests.support.runtimes import RELEASES
+
+    found = RELEASES[CRIO].bin_dir()
+    assert found is not None
+    return found
 
 
 def crio_available() -> str | None:
@@ -57,9 +52,9 @@ def crio_available() -> str | None:
     return registry_available()
 
 
-class PrivateCrio(PrivateContainerd):
-    """CRI-O in a temporary folder; ``socket``, ``nri_socket``, ``version()``, ``restart()``,
-    ``remove_all_pods()`` and ``close()`` as PrivateContainerd's."""
+class PrivateCrio(NriContainerd):
+    """CRI-O in a temporary folder; ``socket``, ``nri_socket``, ``release``, ``version()``,
+    ``restart()``, ``remove_all_pods()`` and ``close()`` as NriContainerd's."""
 
     def __init__(
         self,
@@ -68,14 +63,12 @@ class PrivateCrio(PrivateContainerd):
         registry: LocalRegistry | None = None,
         **kwargs: object,
     ) -> None:
-        kwargs.setdefault("bin_dir", crio_bin_dir())
+        kwargs.setdefault("release", CRIO)
         super().__init__(workdir, **kwargs)  # type: ignore[arg-type]
         self.socket = str(self.workdir / "crio.sock")
         self.address = f"unix://{self.socket}"
         self.config_path = self.workdir / "crio.conf"
         self.log_path = self.workdir / "crio.log"
-        self.nri_socket = str(self.workdir / "nri.sock")
-        self.runc_binary = shutil.which("runc") or "/usr/sbin/runc"
         self._own_registry = registry is None
         self.registry = registry or LocalRegistry(self.workdir / "registry")
 
@@ -91,6 +84,12 @@ class PrivateCrio(PrivateContainerd):
             str(self.workdir / "crio.conf.d"),
             "--log-level",
             self.log_level,
+            # CRI-O's own flags: it reads neither CONTAINERS_REGISTRIES_CONF nor /etc's file
+            # with them given (its pulls, the OCI-artifact probe first, use its SystemContext).
+            "--registries-conf",
+            str(self.workdir / "registries.conf"),
+            "--registries-conf-dir",
+            str(self.workdir / "registries.conf.d"),
         ]
 
     def daemon_env(self) -> dict[str, str] | None:
@@ -102,7 +101,16 @@ class PrivateCrio(PrivateContainerd):
 
     def render(self) -> str:
         w, q = self.workdir, _toml_str
-        for d in ("crio.conf.d", "nri/plugins", "nri/conf.d", "exits", "attach", "ns", "logs"):
+        for d in (
+            "crio.conf.d",
+            "registries.conf.d",
+            "nri/plugins",
+            "nri/conf.d",
+            "exits",
+            "attach",
+            "ns",
+            "logs",
+        ):
             (w / d).mkdir(parents=True, exist_ok=True)
         driver = "overlay" if self.snapshotter == "overlayfs" else "vfs"
         (w / "storage.conf").write_text(
@@ -192,10 +200,7 @@ enable_metrics = false
         self._images_imported = True
 
     def start(self) -> PrivateCrio:
-        super().start()
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.nri_socket) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        super().start()  # and waits for the NRI socket
         return self
 
     def close(self) -> None:
