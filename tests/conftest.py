@@ -32,7 +32,7 @@ import pytest
 from enforcer.sysfs import read_topology
 from enforcer.topology import Topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
-from tests.support.runtimes import RELEASES, NriContainerd
+from tests.support.runtimes import RELEASES, NriContainerd, private_runtime
 from tests.support.snapshots import extract_snapshots
 
 
@@ -71,8 +71,6 @@ def containerd(containerd16: PrivateContainerd) -> PrivateContainerd:
 
 
 def _nri_runtime(name: str) -> Iterator[NriContainerd]:
-    from tests.support.crio import PrivateCrio
-
     release = RELEASES[name]
     reason = release.unavailable()
     if reason:
@@ -81,7 +79,7 @@ def _nri_runtime(name: str) -> Iterator[NriContainerd]:
             'or run `pytest -m "not containerd"`.',
             pytrace=False,
         )
-    ctrd = PrivateCrio() if release.crio else NriContainerd(release=release)
+    ctrd = private_runtime(release)
     try:
         ctrd.start()
     except ContainerdError as e:

@@ -149,6 +149,17 @@ RELEASES: dict[str, Release] = {
 NRI_RELEASES = tuple(name for name, r in RELEASES.items() if r.nri)
 
 
+def private_runtime(release: Release | str, **kwargs: Any) -> NriContainerd:
+    """A new private instance of ``release``: tests.support.crio.PrivateCrio for CRI-O, else an
+    NriContainerd."""
+    found = RELEASES[release] if isinstance(release, str) else release
+    if found.crio:
+        from tests.support.crio import PrivateCrio
+
+        return PrivateCrio(**kwargs)
+    return NriContainerd(release=found, **kwargs)
+
+
 def session_runtime(request: Any, name: str) -> PrivateContainerd:
     """The session's instance of release ``name`` (``request``: a pytest FixtureRequest),
     checked to be that release."""
