@@ -1,9 +1,10 @@
 """Where a container's cgroup is, for each CRI runtime of the matrix: containerd's CRI plugin
 names it ``<parent>/<id>`` (``cri-containerd-<id>.scope`` under a systemd slice), CRI-O
-``<parent>/crio-<id>`` (``crio-<id>.scope``). The CRI-O examples are what a running CRI-O 1.34.0
-handed runc here (the ``linux.cgroupsPath`` of its ContainerStatus' runtimeSpec, cgroupfs
-manager) and, for the systemd manager, what cri-o's internal/config/cgmgr gives runc
-(``<slice>:crio:<id>``, which runc's systemd driver makes ``<slice path>/crio-<id>.scope``)."""
+``<parent>/crio-<id>`` (``crio-<id>.scope``). UID and CID are a Guaranteed pod's and its
+container's as a running CRI-O 1.34.0 (cgroupfs manager) made them here, in
+/sys/fs/cgroup/cpuset/kubepods/pod<UID>/crio-<CID>; for the systemd manager, what cri-o's
+internal/config/cgmgr gives runc (``<slice>:crio:<id>``, which runc's systemd driver makes
+``<slice path>/crio-<id>.scope``)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import pytest
 
 from enforcer.controllers.cgroups import cgroup_path, container_cgroup_candidates
 
-UID = "d1ae8b96-6666-4851-808c-07147a64ea48"
-CID = "5b0c7e3f64b1d6c0ad9f3be1a63a0d2c2a2f4bbcf61d5e28f6a1c3b0d9e8f7a6"
-SLICE = "kubepods-burstable-podd1ae8b96_6666_4851_808c_07147a64ea48.slice"
+UID = "e40f2eb6-896c-40d3-a13f-916cecf87f33"
+CID = "2e0b74469c778750c6313343e9ac1d52d7d1d8a9ee5b3b5fd3f7870bc271e1e5"
+SLICE = "kubepods-burstable-pode40f2eb6_896c_40d3_a13f_916cecf87f33.slice"
 SLICE_PATH = (
     "/kubepods.slice/kubepods-burstable.slice/"
-    "kubepods-burstable-podd1ae8b96_6666_4851_808c_07147a64ea48.slice"
+    "kubepods-burstable-pode40f2eb6_896c_40d3_a13f_916cecf87f33.slice"
 )
 
 
@@ -37,7 +38,8 @@ def test_containerd_names_come_first_cri_o_names_second() -> None:
 @pytest.mark.parametrize(
     ("parent", "cgroups_path"),
     [
-        # cgroupfs manager, as CRI-O 1.34.0 handed runc here (Guaranteed, then BestEffort).
+        # cgroupfs manager: the Guaranteed container CRI-O 1.34.0 ran here, then the same rule
+        # under the BestEffort and Burstable parents.
         (f"/kubepods/pod{UID}", f"/kubepods/pod{UID}/crio-{CID}"),
         (f"/kubepods/besteffort/pod{UID}", f"/kubepods/besteffort/pod{UID}/crio-{CID}"),
         # a parent given with a trailing slash names the same folder
