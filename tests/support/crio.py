@@ -27,6 +27,7 @@ from tests.support.registry import LocalRegistry, registry_available
 from tests.support.runtimes import NriContainerd
 
 CONMON = "/usr/bin/conmon"
+RUNC_WRAPPER = Path(__file__).with_name("crio_runc.py")
 CRIO = "crio1.34"  # its test id in the matrix
 INSTALLER = "tests/beds/runtimes/crio.sh"
 
@@ -144,6 +145,12 @@ class PrivateCrio(NriContainerd):
             self.registry.start()
         self.registry.registries_conf(w / "registries.conf")
         pinns = str(self.bin_dir / "pinns") if self.bin_dir else "pinns"
+        # runc behind a wrapper that does what containerd's restrict_oom_score_adj does.
+        wrapper = w / "runc-restricted"
+        wrapper.write_text(
+            f'#!/bin/sh\nexec /usr/bin/python3 -I {RUNC_WRAPPER} {self.runc_binary} "$@"\n'
+        )
+        wrapper.chmod(0o755)
         return f"""\
 # Written by tests.support.crio: a private CRI-O for tests.
 [crio]
@@ -175,7 +182,7 @@ irqbalance_config_file = {q(str(w / "irqbalance"))}
 cdi_spec_dirs = [{q(str(w / "cdi"))}]
 
 [crio.runtime.runtimes.runc]
-runtime_path = {q(self.runc_binary)}
+runtime_path = {q(str(wrapper))}
 runtime_type = "oci"
 runtime_root = {q(str(w / "runc"))}
 monitor_path = {q(CONMON)}

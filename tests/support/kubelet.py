@@ -347,7 +347,6 @@ class KubeletEmulator:
         self.timeout = scaled(timeout)
         self.memory_capacity = memory_capacity or node_memory_capacity()
         self.pods: dict[str, RunningPod] = {}  # sandbox id -> pod
-        self._runtime_name: str | None = None  # VersionResponse.runtime_name, asked once
 
     def __enter__(self) -> KubeletEmulator:
         return self
@@ -379,25 +378,9 @@ class KubeletEmulator:
         self, pod: Pod, container: Container, uid: str, attempt: int = 0
     ) -> api_pb2.ContainerConfig:
         """The ContainerConfig kubelet derives for one (init) container of ``pod``."""
-        config = container_config_for(
+        return container_config_for(
             pod, container, uid, attempt, memory_capacity=self.memory_capacity
         )
-        floor = self._oom_score_adj_floor()
-        if floor is not None and config.linux.resources.oom_score_adj < floor:
-            config.linux.resources.oom_score_adj = floor
-        return config
-
-    def _oom_score_adj_floor(self) -> int | None:
-        """CRI-O has no ``restrict_oom_score_adj`` (containerd's, FACTS.md): runc may not lower
-        a score below this process's own here, so against CRI-O the emulator asks for no less."""
-        if self._runtime_name is None:
-            try:
-                self._runtime_name = self.version().runtime_name
-            except grpc.RpcError:
-                return None  # asked again next time
-        if self._runtime_name != "cri-o":
-            return None
-        return int(Path("/proc/self/oom_score_adj").read_text())
 
     def create_request(
         self, pod: RunningPod, container: str | Container, attempt: int = 0
