@@ -8,8 +8,10 @@ in CI. On a machine without them, leave those tests out explicitly with
 ``pytest -m "not containerd"``.
 
 ``containerd17``, ``containerd21``, ``containerd24``: a private containerd of the matrix with NRI
-on (tests.support.runtimes), marked ``containerd`` too. Missing (its installer not run), each
-fails as the 1.6 one does, naming the command that installs it.
+on (tests.support.runtimes), marked ``containerd`` too; ``crio134``: a private CRI-O 1.34 with
+NRI on (tests.support.crio: its own storage, run root and sockets, cgroupfs, images pulled from
+a loopback registry), marked ``containerd`` as well (a real runtime). Missing (its installer
+not run), each fails as the 1.6 one does, naming the command that installs it.
 ``tests.support.runtimes.session_runtime`` gives the session's instance of a release by its test
 id (``containerd2.1``).
 
@@ -30,7 +32,7 @@ import pytest
 from enforcer.sysfs import read_topology
 from enforcer.topology import Topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
-from tests.support.runtimes import RELEASES, NriContainerd
+from tests.support.runtimes import RELEASES, NriContainerd, private_runtime
 from tests.support.snapshots import extract_snapshots
 
 
@@ -38,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Anything that needs the fixture needs a real containerd: mark it so `-m` can select it.
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if any(n.startswith("containerd") for n in names):
+        if any(n.startswith(("containerd", "crio")) for n in names):
             item.add_marker(pytest.mark.containerd)
 
 
@@ -77,7 +79,7 @@ def _nri_runtime(name: str) -> Iterator[NriContainerd]:
             'or run `pytest -m "not containerd"`.',
             pytrace=False,
         )
-    ctrd = NriContainerd(release=release)
+    ctrd = private_runtime(release)
     try:
         ctrd.start()
     except ContainerdError as e:
@@ -102,6 +104,11 @@ def containerd21() -> Iterator[NriContainerd]:
 @pytest.fixture(scope="session")
 def containerd24() -> Iterator[NriContainerd]:
     yield from _nri_runtime("containerd2.4")
+
+
+@pytest.fixture(scope="session")
+def crio134() -> Iterator[NriContainerd]:
+    yield from _nri_runtime("crio1.34")
 
 
 @pytest.fixture(scope="session")

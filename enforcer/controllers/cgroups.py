@@ -1,4 +1,4 @@
-"""Where a container's cgroup lives, as runc makes it for containerd's CRI plugin."""
+"""Where a container's cgroup lives, as runc makes it for containerd's CRI plugin or CRI-O."""
 
 from __future__ import annotations
 
@@ -12,6 +12,24 @@ def expand_slice(name: str) -> str:
     return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
 
 
+# The folder each CRI runtime has runc make for a container, by cgroup driver: containerd's
+# CRI plugin first (``<parent>/<id>``, ``cri-containerd-<id>.scope``), then CRI-O's
+# (internal/config/cgmgr: ``<parent>/crio-<id>`` with cgroupfs, ``<parent>:crio:<id>`` with
+# systemd, which runc makes ``crio-<id>.scope``). The ids are the runtime's, 64 hex digits.
+_CGROUPFS_LEAVES = ("{id}", "crio-{id}")
+_SYSTEMD_LEAVES = ("cri-containerd-{id}.scope", "crio-{id}.scope")
+
+
+def container_cgroup_candidates(cgroup_parent: str, container_id: str) -> tuple[str, ...]:
+    """Where a container's cgroup may be, relative to a hierarchy's root: containerd's name
+    first, then CRI-O's. Plain data, no I/O: ``cgroup_path`` picks the one that exists."""
+    if cgroup_parent.endswith(".slice") and "/" not in cgroup_parent:
+        parent, leaves = expand_slice(cgroup_parent), _SYSTEMD_LEAVES
+    else:
+        parent, leaves = cgroup_parent.rstrip("/"), _CGROUPFS_LEAVES
+    return tuple("/" + f"{parent}/{leaf.format(id=container_id)}".lstrip("/") for leaf in leaves)
+
+
 def cgroup_path(
     controller: str | None,
     cgroup_parent: str,
@@ -22,15 +40,17 @@ def cgroup_path(
 
     ``controller`` names the cgroup v1 hierarchy (``cpuset``, ``cpu``, ``memory``, ``blkio``,
     ...); None or "" gives the path under ``cgroupfs_root`` itself (cgroup v2). With the
-    cgroupfs driver containerd hands runc ``<parent>/<container id>``; with a systemd slice
-    parent runc uses ``<slice path>/cri-containerd-<id>.scope``.
+    cgroupfs driver containerd hands runc ``<parent>/<container id>`` and CRI-O
+    ``<parent>/crio-<id>``; with a systemd slice parent runc uses ``<slice
+    path>/cri-containerd-<id>.scope`` or ``crio-<id>.scope``. The first of those that exists is
+    the container's; when none does (not made yet, or gone), containerd's name.
     """
-    if cgroup_parent.endswith(".slice") and "/" not in cgroup_parent:
-        rel = f"{expand_slice(cgroup_parent)}/cri-containerd-{container_id}.scope"
-    else:
-        rel = f"{cgroup_parent.rstrip('/')}/{container_id}"
     base = os.path.join(cgroupfs_root, controller) if controller else cgroupfs_root
-    return os.path.normpath(base + "/" + rel.lstrip("/"))
+    paths = [
+        os.path.normpath(base + "/" + rel.lstrip("/"))
+        for rel in container_cgroup_candidates(cgroup_parent, container_id)
+    ]
+    return next((p for p in paths if os.path.isdir(p)), paths[0])
 
 
 def cgroup_version(cgroupfs_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int:

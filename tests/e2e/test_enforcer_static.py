@@ -20,6 +20,7 @@ from enforcer.state import StateStore
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import memory_limit, node_cpus
 from tests.support.containerd import PrivateContainerd
+from tests.support.crio import expect_gap
 from tests.support.enforcer_process import EnforcerProcess, free_port
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.pods import guaranteed, manifest, sleeper
@@ -232,8 +233,9 @@ def test_sigkill_in_a_churn_leaves_no_cpu_held_twice(
 
 
 def test_corrupt_state_is_moved_aside_and_rebuilt(
-    containerd: PrivateContainerd, tmp_path: Path
+    containerd: PrivateContainerd, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    expect_gap(request, containerd, "rebuild")
     config = tmp_path / "config.yaml"
     config.write_text(f'policy: {{name: static, reservedCPUs: "{RESERVED}"}}\n')
     proc = EnforcerProcess(

@@ -39,8 +39,14 @@ def test_each_runtime_with_nri_runs_a_pod(nri_containerd: NriContainerd) -> None
     release = nri_containerd.release
     assert nri_containerd.version().runtime_version.removeprefix("v").startswith(release.series)
     assert stat.S_ISSOCK(os.stat(nri_containerd.nri_socket).st_mode)
-    assert nri_containerd.binary("containerd") == str(release.bin_dir() / "containerd")
-    assert f"version = {release.config_version}" in nri_containerd.config_path.read_text()
+    bin_dir = release.bin_dir()
+    assert bin_dir is not None
+    if release.crio:
+        assert nri_containerd.binary("crio") == str(bin_dir / "crio")
+        assert "enable_nri = true" in nri_containerd.config_path.read_text()
+    else:
+        assert nri_containerd.binary("containerd") == str(bin_dir / "containerd")
+        assert f"version = {release.config_version}" in nri_containerd.config_path.read_text()
     with KubeletEmulator(nri_containerd.socket) as kubelet:
         pod = kubelet.run_pod(manifest("matrix-smoke", sleeper(), namespace="nri-smoke"))
         try:

@@ -22,7 +22,7 @@ from tests.support.cgroupfs import node_cpus
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
-from tests.support.runtimes import NriContainerd
+from tests.support.runtimes import NriContainerd, private_runtime
 
 ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
@@ -32,7 +32,7 @@ NS = "nri-faults"
 @pytest.fixture(scope="module")
 def ctrd(nri_containerd: NriContainerd) -> Iterator[NriContainerd]:
     # nri_containerd (the session's) proves the release is here, or fails as the suite says.
-    with NriContainerd(release=nri_containerd.release) as own:
+    with private_runtime(nri_containerd.release) as own:
         yield own
 
 

@@ -1,9 +1,10 @@
 """The plugin on NRI of today and of yesterday, on the real runtimes: containerd 2.4.2 (NRI
-v0.12.3) and containerd 1.7.24 (v0.6.1). The versions are exchanged (each side's log names the
-other's), 2.4.2 calls the per-event methods and the plugin serves them (a plugin that answered
-them unimplemented would get StateChange again, and a deprecation warning in containerd), 1.7
-sends StateChange; on both a Guaranteed container gets the exclusive CPU, which its removal
-frees for the next one: truth from the containers' cgroups."""
+v0.12.3), containerd 1.7.24 (v0.6.1) and CRI-O 1.34.0 (v0.9.1, a pre-release of it). The
+versions are exchanged (each side's log names the other's), 2.4.2 calls the per-event methods
+and the plugin serves them (a plugin that answered them unimplemented would get StateChange
+again, and a deprecation warning in containerd); 1.7 and CRI-O 1.34 name no version and send
+StateChange (the plugin's older path); on each a Guaranteed container gets the exclusive CPU,
+which its removal frees for the next one: truth from the containers' cgroups."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ RESERVED = CPUSet.of(min(ALL))
 EXCLUSIVE = ALL - RESERVED
 
 
-@pytest.fixture(scope="module", params=("containerd2.4", "containerd1.7"))
+@pytest.fixture(scope="module", params=("containerd2.4", "containerd1.7", "crio1.34"))
 def runtime(request: pytest.FixtureRequest) -> NriContainerd:
     found = session_runtime(request, request.param)
     assert isinstance(found, NriContainerd)

@@ -223,7 +223,8 @@ def test_registers_with_containerd_and_serves_its_events(nri_containerd: NriCont
         await task
 
     asyncio.run(main())
-    assert seen == ["Configure containerd", "Synchronize", "CreateContainer"]
+    runtime_name = nri_containerd.version().runtime_name  # containerd, cri-o
+    assert seen == [f"Configure {runtime_name}", "Synchronize", "CreateContainer"]
     (request,) = created
     assert request.pod.namespace == "nri-transport" and request.container.name == "app"
     assert r"registered as \"91-transport-test\"" in nri_containerd.log_path.read_text()

@@ -14,34 +14,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import images
-from tests.support.containerd import ContainerdError, PrivateContainerd
+from tests.support.containerd import ContainerdError
 from tests.support.containerd_config import toml_str
 from tests.support.host_cleanup import pids
 from tests.support.registry import LocalRegistry, registry_available
-from tests.support.runtimes import REPO, _cache
+from tests.support.runtimes import NriContainerd
 
 CONMON = "/usr/bin/conmon"
+RUNC_WRAPPER = Path(__file__).with_name("crio_runc.py")
 CRIO = "crio1.34"  # its test id in the matrix
 INSTALLER = "tests/beds/runtimes/crio.sh"
 
 
-def crio_version() -> str:
-    gomod = (REPO / "tests/beds/runtimes/crio/go.mod").read_text()
-    found = re.search(r"github\.com/cri-o/cri-o v(\S+)", gomod)
-    assert found, "tests/beds/runtimes/crio/go.mod does not require cri-o"
-    return found.group(1)
-
-
 def crio_bin_dir() -> Path:
-    return _cache() / f"crio-{crio_version()}" / "bin"
+    from tests.support.runtimes import RELEASES
+
+    found = RELEASES[CRIO].bin_dir()
+    assert found is not None
+    return found
 
 
 def crio_available() -> str | None:
@@ -59,9 +57,29 @@ def crio_available() -> str | None:
     return registry_available()
 
 
-class PrivateCrio(PrivateContainerd):
-    """CRI-O in a temporary folder; ``socket``, ``nri_socket``, ``version()``, ``restart()``,
-    ``remove_all_pods()`` and ``close()`` as PrivateContainerd's."""
+# What the relay does not do on CRI-O yet (docs/testing.md, "CRI-O, as found here"): a test that
+# meets one is an expected failure there (strict: it fails when it starts to pass).
+KNOWN_GAPS = {
+    "beta-dialect": (
+        "CRI-O reads the beta-dialect class annotations from the sandbox as RunPodSandbox gave "
+        "them, which the relay passes on unchanged ('RDT not initialized')"
+    ),
+    "rebuild": (
+        "CRI-O's verbose status carries no creation config (only runtimeSpec): a lost state "
+        "cannot be rebuilt from it"
+    ),
+}
+
+
+def expect_gap(request: pytest.FixtureRequest, runtime: object, gap: str) -> None:
+    """Mark the running test an expected failure (strict) when ``runtime`` is CRI-O."""
+    if isinstance(runtime, PrivateCrio):
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[gap], strict=True))
+
+
+class PrivateCrio(NriContainerd):
+    """CRI-O in a temporary folder; ``socket``, ``nri_socket``, ``release``, ``version()``,
+    ``restart()``, ``remove_all_pods()`` and ``close()`` as NriContainerd's."""
 
     def __init__(
         self,
@@ -70,14 +88,12 @@ class PrivateCrio(PrivateContainerd):
         registry: LocalRegistry | None = None,
         **kwargs: object,
     ) -> None:
-        kwargs.setdefault("bin_dir", crio_bin_dir())
+        kwargs.setdefault("release", CRIO)
         super().__init__(workdir, **kwargs)  # type: ignore[arg-type]
         self.socket = str(self.workdir / "crio.sock")
         self.address = f"unix://{self.socket}"
         self.config_path = self.workdir / "crio.conf"
         self.log_path = self.workdir / "crio.log"
-        self.nri_socket = str(self.workdir / "nri.sock")
-        self.runc_binary = shutil.which("runc") or "/usr/sbin/runc"
         self._own_registry = registry is None
         self.registry = registry or LocalRegistry(self.workdir / "registry")
 
@@ -93,6 +109,12 @@ class PrivateCrio(PrivateContainerd):
             str(self.workdir / "crio.conf.d"),
             "--log-level",
             self.log_level,
+            # CRI-O's own flags: it reads neither CONTAINERS_REGISTRIES_CONF nor /etc's file
+            # with them given (its pulls, the OCI-artifact probe first, use its SystemContext).
+            "--registries-conf",
+            str(self.workdir / "registries.conf"),
+            "--registries-conf-dir",
+            str(self.workdir / "registries.conf.d"),
         ]
 
     def daemon_env(self) -> dict[str, str] | None:
@@ -104,7 +126,16 @@ class PrivateCrio(PrivateContainerd):
 
     def render(self) -> str:
         w, q = self.workdir, toml_str
-        for d in ("crio.conf.d", "nri/plugins", "nri/conf.d", "exits", "attach", "ns", "logs"):
+        for d in (
+            "crio.conf.d",
+            "registries.conf.d",
+            "nri/plugins",
+            "nri/conf.d",
+            "exits",
+            "attach",
+            "ns",
+            "logs",
+        ):
             (w / d).mkdir(parents=True, exist_ok=True)
         driver = "overlay" if self.snapshotter == "overlayfs" else "vfs"
         (w / "storage.conf").write_text(
@@ -116,6 +147,12 @@ class PrivateCrio(PrivateContainerd):
             self.registry.start()
         self.registry.registries_conf(w / "registries.conf")
         pinns = str(self.bin_dir / "pinns") if self.bin_dir else "pinns"
+        # runc behind a wrapper that does what containerd's restrict_oom_score_adj does.
+        wrapper = w / "runc-restricted"
+        wrapper.write_text(
+            f'#!/bin/sh\nexec /usr/bin/python3 -I {RUNC_WRAPPER} {self.runc_binary} "$@"\n'
+        )
+        wrapper.chmod(0o755)
         return f"""\
 # Written by tests.support.crio: a private CRI-O for tests.
 [crio]
@@ -147,7 +184,7 @@ irqbalance_config_file = {q(str(w / "irqbalance"))}
 cdi_spec_dirs = [{q(str(w / "cdi"))}]
 
 [crio.runtime.runtimes.runc]
-runtime_path = {q(self.runc_binary)}
+runtime_path = {q(str(wrapper))}
 runtime_type = "oci"
 runtime_root = {q(str(w / "runc"))}
 monitor_path = {q(CONMON)}
@@ -194,10 +231,7 @@ enable_metrics = false
         self._images_imported = True
 
     def start(self) -> PrivateCrio:
-        super().start()
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.nri_socket) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        super().start()  # and waits for the NRI socket
         return self
 
     def close(self) -> None:

@@ -220,6 +220,11 @@ class KubeletEmulator:
         it to send something kubelet would not).
         """
         request = request or self.create_request(pod, container, attempt)
+        # kubelet makes the container's log folder (<pod log dir>/<name>/) before it asks;
+        # containerd would make it itself, CRI-O's conmon does not.
+        log_dir = Path(request.sandbox_config.log_directory)
+        if request.sandbox_config.log_directory and request.config.log_path:
+            (log_dir / request.config.log_path).parent.mkdir(parents=True, exist_ok=True)
         resp = self.runtime.CreateContainer(request, timeout=self.timeout)
         name = request.config.metadata.name
         init_names = {

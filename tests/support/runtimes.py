@@ -1,12 +1,14 @@
-"""The runtime matrix: each containerd release the tests run on, and a private instance of one.
+"""The runtime matrix: each runtime release the tests run on, and a private instance of one.
 
-``RELEASES`` names every containerd of the matrix, where its programs are and which script of
+``RELEASES`` names every runtime of the matrix, where its programs are and which script of
 the project installs them (pinned and cached, test tooling only):
 
 * ``containerd1.6``: the system's (bookworm's package, on the PATH);
 * ``containerd1.7``: trixie's package extracted by ``.ci/containerd17.sh``, the oldest with NRI;
 * ``containerd2.1``: sid's package extracted by ``tests/beds/runtimes/containerd21.sh``;
-* ``containerd2.4``: built from its Go module by ``tests/beds/runtimes/containerd2.sh``.
+* ``containerd2.4``: built from its Go module by ``tests/beds/runtimes/containerd2.sh``;
+* ``crio1.34``: CRI-O built from its Go module by ``tests/beds/runtimes/crio.sh``, run by
+  tests.support.crio.PrivateCrio (an NriContainerd in all but its configuration).
 
 ``NriContainerd`` runs one of them the way ``PrivateContainerd`` runs the system's (its own root,
 state, sockets and runc root in a temporary folder), with bookworm's runc and its NRI plugin on:
@@ -43,6 +45,14 @@ def _cache() -> Path:
     return Path(os.environ.get(CACHE_ENV, DEFAULT_CACHE))
 
 
+def crio_version() -> str:
+    """The CRI-O that tests/beds/runtimes/crio.sh builds (its go.mod pins it)."""
+    gomod = (REPO / "tests/beds/runtimes/crio/go.mod").read_text()
+    found = re.search(r"github\.com/cri-o/cri-o v(\S+)", gomod)
+    assert found, "tests/beds/runtimes/crio/go.mod does not require cri-o"
+    return found.group(1)
+
+
 def containerd2_version() -> str:
     """The containerd 2.x that tests/beds/runtimes/containerd2.sh builds (its go.mod pins it)."""
     gomod = (REPO / "tests/beds/runtimes/containerd2/go.mod").read_text()
@@ -53,7 +63,7 @@ def containerd2_version() -> str:
 
 @dataclass(frozen=True)
 class Release:
-    """One containerd of the matrix: ``name`` is the test id (``containerd2.1``)."""
+    """One runtime of the matrix: ``name`` is the test id (``containerd2.1``, ``crio1.34``)."""
 
     name: str
     series: str  # what the CRI runtime_version starts with ("2.1.")
@@ -70,7 +80,13 @@ class Release:
             return Path(root) / "root" / "usr" / "bin"
         if self.name == "containerd2.1":
             return _cache() / "containerd-2.1" / "root" / "usr" / "bin"
+        if self.crio:
+            return _cache() / f"crio-{crio_version()}" / "bin"
         return _cache() / f"containerd-{containerd2_version()}" / "bin"
+
+    @property
+    def crio(self) -> bool:
+        return self.name.startswith("crio")
 
     @property
     def config_version(self) -> int:
@@ -78,6 +94,10 @@ class Release:
 
     def unavailable(self) -> str | None:
         """None when a private instance of this release can run here, else why not."""
+        if self.crio:
+            from tests.support.crio import crio_available
+
+            return crio_available()
         bin_dir = self.bin_dir()
         if bin_dir is None:
             from tests.support.containerd import containerd_available
@@ -118,17 +138,30 @@ RELEASES: dict[str, Release] = {
         Release("containerd1.7", "1.7.", ".ci/containerd17.sh", True, "containerd17"),
         Release("containerd2.1", "2.1.", f"{_BEDS}/containerd21.sh", True, "containerd21"),
         Release("containerd2.4", "2.4.", f"{_BEDS}/containerd2.sh", True, "containerd24"),
+        Release("crio1.34", "1.34.", f"{_BEDS}/crio.sh", True, "crio134"),
     )
 }
 NRI_RELEASES = tuple(name for name, r in RELEASES.items() if r.nri)
+
+
+def private_runtime(release: Release | str, **kwargs: Any) -> NriContainerd:
+    """A new private instance of ``release``: tests.support.crio.PrivateCrio for CRI-O, else an
+    NriContainerd."""
+    found = RELEASES[release] if isinstance(release, str) else release
+    if found.crio:
+        from tests.support.crio import PrivateCrio
+
+        return PrivateCrio(**kwargs)
+    return NriContainerd(release=found, **kwargs)
 
 
 def session_runtime(request: Any, name: str) -> PrivateContainerd:
     """The session's instance of release ``name`` (``request``: a pytest FixtureRequest),
     checked to be that release."""
     runtime: PrivateContainerd = request.getfixturevalue(RELEASES[name].fixture)
-    version = runtime.version().runtime_version.removeprefix("v")
-    assert version.startswith(RELEASES[name].series), f"{name} runs containerd {version}"
+    reply = runtime.version()
+    version = reply.runtime_version.removeprefix("v")
+    assert version.startswith(RELEASES[name].series), f"{name} runs {reply.runtime_name} {version}"
     return runtime
 
 

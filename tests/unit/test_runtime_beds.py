@@ -158,3 +158,58 @@ def test_containerd_1_7_takes_the_registry_mirrors_in_its_version_2_config(tmp_p
     assert config["version"] == 2
     assert cri["registry"]["config_path"] == str(tmp_path / "hosts")
     assert cri["sandbox_image"] == images.PAUSE_IMAGE
+
+
+def test_cri_o_is_a_runtime_of_the_matrix_with_its_own_nri_socket_and_registries(
+    tmp_path: Path,
+) -> None:
+    from tests.support.crio import PrivateCrio
+    from tests.support.runtimes import NRI_RELEASES, private_runtime
+
+    release = RELEASES["crio1.34"]
+    assert release.crio and release.nri and "crio1.34" in NRI_RELEASES
+    assert release.fixture == "crio134" and release.installer == "tests/beds/runtimes/crio.sh"
+    registry = LocalRegistry(tmp_path / "r")
+    registry.port = 5999
+    crio = private_runtime(release, workdir=tmp_path / "w", registry=registry)
+    assert isinstance(crio, PrivateCrio) and isinstance(crio, NriContainerd)
+    assert crio.nri_socket == str(tmp_path / "w" / "nri.sock")
+    config = tomllib.loads(crio.render())
+    assert config["crio"]["runtime"]["cgroup_manager"] == "cgroupfs"
+    assert config["crio"]["nri"]["enable_nri"] is True
+    assert config["crio"]["nri"]["nri_listen"] == crio.nri_socket
+    # Its pulls go to the loopback registry only if crio is told where registries.conf is:
+    # it reads neither /etc's nor CONTAINERS_REGISTRIES_CONF.
+    command = crio.daemon_command()
+    conf = command[command.index("--registries-conf") + 1]
+    assert conf == str(tmp_path / "w" / "registries.conf")
+    assert '"127.0.0.1:5999"' in Path(conf).read_text()
+    # A containerd release is still an NriContainerd of its own.
+    assert type(private_runtime("containerd2.4", workdir=tmp_path / "c")) is NriContainerd
+
+
+def test_cri_o_runc_gets_no_oom_score_below_the_callers(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.support import crio_runc
+
+    spec = {"ociVersion": "1.0.2", "process": {"oomScoreAdj": -998, "args": ["/pause"]}}
+    (tmp_path / "config.json").write_text(json.dumps(spec))
+    floor = int(Path("/proc/self/oom_score_adj").read_text())
+    argv = ["--root", "/r", "create", "--bundle", str(tmp_path), "--pid-file", "p", "c1"]
+    assert crio_runc.bundle_of(argv) == str(tmp_path)
+    assert crio_runc.bundle_of(["--root", "/r", "state", "c1"]) is None
+    assert crio_runc.bundle_of(["run", "-b", "/b", "c1"]) == "/b"
+    # Through the wrapper as CRI-O runs it, a stand-in runc printing its arguments.
+    out = subprocess.run(
+        [sys.executable, crio_runc.__file__, "/bin/echo", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == argv
+    rewritten = json.loads((tmp_path / "config.json").read_text())
+    assert rewritten["process"]["oomScoreAdj"] == max(-998, floor)
+    # A score at or above the floor is left as it is.
+    assert not crio_runc.restrict(str(tmp_path / "config.json"), floor)
