@@ -31,9 +31,12 @@ lint: install
 # is reported here and again, as a failure, by the cluster tests (tests/realcluster/) and the VM
 # tests (tests/vm/), which never skip. helm (tests/helm/, the chart's install on the cluster) is
 # built from its pinned Go module once, then cached: a failed build fails `make test` here.
-test: system-deps install lint helm-build
-	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2
-	./tests/beds/vm/build.sh >/dev/null || echo "make test: the VM image build failed; the VM tests will fail" >&2
+# The VM's image (mostly downloads and unpacking) is made while the Go builds compile.
+test: system-deps install lint
+	./tests/beds/vm/build.sh >/dev/null & vm=$$!; \
+	./tests/beds/helm.sh >/dev/null || { wait $$vm; echo "make test: the helm build failed" >&2; exit 1; }; \
+	./tests/beds/cluster/build.sh >/dev/null || echo "make test: the cluster build failed; the cluster tests will fail" >&2; \
+	wait $$vm || echo "make test: the VM image build failed; the VM tests will fail" >&2
 	$(BIN)/pytest -q
 
 # Only the image tests (also part of `make test`): both images built with podman on a Debian
