@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from enforcer.controllers.base import ClassRefused
-from enforcer.decode import ContainerRequest, DecodeError, decode_container
+from enforcer.decode import ContainerRequest, decode_container
 from enforcer.engine.model import Entry, LiveContainer, Phase
 from enforcer.engine.ports import RuntimeAway
 from enforcer.engine.registry import demoted
 from enforcer.policy import PlacementError
+from enforcer.refusal import Refusal
 from enforcer.topology import CPUSet
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def adopt(e: Enforcer, container: LiveContainer) -> None:
         return
     try:
         wanted = e._decode(recorded.create)
-    except (DecodeError, ClassRefused) as exc:
+    except Refusal as exc:  # DecodeError, or a class request this node cannot apply
         # It runs all the same: tracked on kubelet's numbers alone, without what was refused
         # (its annotations, a cpuset this machine does not have).
         log.warning(

@@ -18,13 +18,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from enforcer.controllers.base import ClassRefused, Difference, Outcome, Result, Target
+from enforcer.controllers.base import Difference, Outcome, Result, Target
 from enforcer.controllers.group import Controllers
 from enforcer.decode import (
     ClassSettings,
     ContainerCreate,
     ContainerRequest,
-    DecodeError,
     KubeletResources,
     Machine,
     decode_container,
@@ -32,6 +31,7 @@ from enforcer.decode import (
 )
 from enforcer.engine import claimed
 from enforcer.engine.adoption import StoppedContainers, adopt, newly_stuck
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RecordUnusable, Runtime, RuntimeAway
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 # still do not show the container (the runtime finishes or abandons a creation well within
 # it); kubelet's retry, the pod's removal or the container showing up end it sooner.
 UNKNOWN_SETTLE_SECONDS = 10.0
-
-
-class Refused(Refusal):
-    """A call the enforcer answers itself, refusing it, instead of passing it on."""
 
 
 def class_settings(config: Config) -> ClassSettings:
@@ -214,7 +210,7 @@ class Enforcer:
 
     def _may_decide(self) -> None:
         if self.not_in_charge:
-            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
+            raise Refusal(Reason.UNAVAILABLE, self.not_in_charge)
         store = self.registry.store
         if store is not None and store.write_problem and store.read_problem is None:
             # The folder is asked again now, not at the next periodic write: the first
@@ -224,9 +220,9 @@ class Enforcer:
             # The saved state cannot be read (deciding without it could hand out CPUs that
             # running containers hold) or the folder cannot be written (nothing decided would
             # count): the store names the path and the OS error.
-            raise Refused(Reason.UNAVAILABLE, store.problem)
+            raise Refusal(Reason.UNAVAILABLE, store.problem)
         if not self.reconciled:
-            raise Refused(
+            raise Refusal(
                 Reason.UNAVAILABLE,
                 "the enforcer has not yet read the runtime's containers since it started; "
                 "retry shortly",
@@ -246,11 +242,11 @@ class Enforcer:
         create: ContainerCreate,
         *,
         sandbox_id: str,
-        resources: Mapping[str, Any],
+        resources: KubeletRecord,
         sync_later: bool = False,
     ) -> tuple[str, Pinning]:
         """Admits a container about to be created; returns its key and the pinning the runtime
-        must create it with. `resources` is the transport's record of kubelet's resources.
+        must create it with. `resources`: what kubelet asked the runtime for.
 
         The decision is in the state file when this returns. With `sync_later` it is not yet
         durable against a power cut: the transport calls `sync_state` (on the worker) while
@@ -279,9 +275,9 @@ class Enforcer:
                         applied_mems=pinning.mems or create.resources.cpuset_mems or self._all_mems,
                     )
                 )
-        except (DecodeError, ClassRefused, PlacementError, StateWriteFailed) as exc:
+        except Refusal as exc:  # DecodeError, PlacementError, StateWriteFailed, a class refused
             self.metrics.refusals.labels(exc.reason.value).inc()
-            raise Refused(exc.reason, str(exc)) from None
+            raise Refusal(exc.reason, str(exc)) from None
         self.metrics.decisions.labels(self.policy.name, placement.kind).inc()
         if sync_later:
             self._count_pending = True  # by `sync_state`, off the call's path
@@ -473,7 +469,7 @@ class Enforcer:
             self.repin()
 
     def update(
-        self, container_id: str, kubelet: KubeletResources, resources: Mapping[str, Any]
+        self, container_id: str, kubelet: KubeletResources, resources: KubeletRecord
     ) -> Pinning | None:
         """kubelet's own update: its limits apply, our pinning stays. A changed CPU request or
         limit (an in-place resize) is placed anew first; a Refusal when it does not fit.
@@ -504,7 +500,7 @@ class Enforcer:
                     applied_mems=pinning.mems,
                 )
         except (PlacementError, StateWriteFailed) as exc:
-            raise Refused(exc.reason, f"resize refused: {exc}") from None
+            raise Refusal(exc.reason, f"resize refused: {exc}") from None
         if resized is not None:
             log.info(
                 "resized %s: CPU request %dm -> %dm",
@@ -663,7 +659,7 @@ class Enforcer:
 
     def _runtime_record(
         self, entry: Entry, container_id: str, unusable: RecordUnusable
-    ) -> Mapping[str, Any]:
+    ) -> KubeletRecord:
         """The runtime's own record of kubelet's resources for a container whose saved one
         cannot be sent; the saved one's RecordUnusable again when the runtime has none."""
         live = LiveContainer(container_id, entry.sandbox_id, entry.key, running=True, exited=False)
@@ -886,7 +882,7 @@ class Enforcer:
 
     def hold_claim(self, request: ContainerRequest, cpus: CPUSet) -> None:
         """Holds a prepared claim's CPUs (in the state file when this returns); the shared pools
-        move off them. ValueError naming the holder when one is taken meanwhile; Refused
+        move off them. ValueError naming the holder when one is taken meanwhile; Refusal
         (unavailable) while this process may not decide (kubelet retries)."""
         self._may_decide()
         with self.registry.change():
@@ -897,7 +893,7 @@ class Enforcer:
     def release_claim(self, uid: str) -> bool:
         """Releases an unprepared claim's CPUs back to the shared pools; False if not held."""
         if self.not_in_charge:
-            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
+            raise Refusal(Reason.UNAVAILABLE, self.not_in_charge)
         key = claimed.claim_key(uid)
         if key not in self.policy.admitted:
             return False
@@ -940,4 +936,4 @@ def resized_request(
     return replace(request, **changed)
 
 
-__all__ = ["ContainerView", "Enforcer", "Recorded", "Refused"]
+__all__ = ["ContainerView", "Enforcer", "Recorded"]

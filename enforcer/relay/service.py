@@ -19,16 +19,16 @@ import grpc
 
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import (
-    STATUS,
-    UNCERTAIN,
     container_create,
     hide_class_annotations,
     kubelet_resources,
+    live_container,
+    record_of,
 )
+from enforcer.cri.status import UNCERTAIN, status_of
 from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
 from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
-from enforcer.runtime.client import live_container, resources_record
 from enforcer.worker import EngineWorker
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,12 @@ Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
 LISTING_COALESCE_SECONDS = 0.1
 
 
-class CRIService(EngineWorker):
-    """Binds intercepted CRI methods to the Enforcer (run on the engine's worker)."""
+class CRIService:
+    """Binds intercepted CRI methods to the Enforcer, run on the engine's worker it holds."""
 
-    def __init__(self, enforcer: Enforcer) -> None:
-        super().__init__(enforcer)
+    def __init__(self, worker: EngineWorker) -> None:
+        self.worker = worker
+        self.enforcer: Enforcer = worker.enforcer
         # The newest complete listing not judged yet (its answer, and the binding sequence
         # when it was asked for). A newer complete listing says all an older one does: asked
         # for later, it can prove more containers gone, and it shows the runtime as it is now.
@@ -73,21 +74,21 @@ class CRIService(EngineWorker):
         try:
             # The decision is in the state file when this returns, not yet fsynced: a restarted
             # enforcer reads it; a power cut is covered by the fsync below before kubelet hears.
-            key, pinning = await self.run(
+            key, pinning = await self.worker.run(
                 partial(
                     self.enforcer.create,
                     container_create(request),
                     sandbox_id=request.pod_sandbox_id,
-                    resources=resources_record(resources),
+                    resources=record_of(resources),
                     sync_later=True,
                 )
             )
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
-            return Refuse(STATUS[exc.reason], str(exc))
+            return Refuse(status_of(exc.reason), str(exc))
         # The fsync runs on the worker while containerd creates the container (queued once
         # the call is on its way); what the worker does for this call later comes after it.
-        synced = self.start_soon(self.enforcer.sync_state)
+        synced = self.worker.start_soon(self.enforcer.sync_state)
         hide_class_annotations(request)
         if pinning.cpus:
             resources.cpuset_cpus = pinning.cpus
@@ -101,12 +102,12 @@ class CRIService(EngineWorker):
                 # answer: queued behind the fsync on the one worker, they run before any later
                 # call about this container (StartContainer comes after kubelet hears), and a
                 # crash before the binding is written is adopted from the runtime by key.
-                self.submit(self.enforcer.created, key, reply.container_id)
+                self.worker.submit(self.enforcer.created, key, reply.container_id)
                 await synced
-                self.flush_soon()
+                self.worker.flush_soon()
             else:
                 uncertain = response.status in UNCERTAIN
-                await self.run(
+                await self.worker.run(
                     partial(
                         self.enforcer.create_failed,
                         key,
@@ -125,7 +126,7 @@ class CRIService(EngineWorker):
 
         async def started(response: Response) -> None:
             if response.status == OK:
-                await self.run(self.enforcer.started, request.container_id)
+                await self.worker.run(self.enforcer.started, request.container_id)
 
         return Forward(call.message, started)
 
@@ -139,12 +140,12 @@ class CRIService(EngineWorker):
             self.enforcer.update,
             request.container_id,
             kubelet_resources(request.linux),
-            resources_record(request.linux),
+            record_of(request.linux),
         )
         try:
-            pinning = await self.run(update)
+            pinning = await self.worker.run(update)
         except Refusal as exc:
-            return Refuse(STATUS[exc.reason], str(exc))
+            return Refuse(status_of(exc.reason), str(exc))
         if pinning is None:
             return Forward(call.message)
         request.linux.cpuset_cpus = pinning.cpus
@@ -165,7 +166,7 @@ class CRIService(EngineWorker):
 
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(gone, request.container_id, what)
+                await self.worker.run(gone, request.container_id, what)
 
         return Forward(call.message, done)
 
@@ -184,7 +185,7 @@ class CRIService(EngineWorker):
 
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(gone, request.pod_sandbox_id, what)
+                await self.worker.run(gone, request.pod_sandbox_id, what)
 
         return Forward(call.message, done)
 
@@ -239,7 +240,7 @@ class CRIService(EngineWorker):
         changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
         if changed or (complete and self.enforcer.unknown(containers)):
             observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-            self.submit(observe, containers)
+            self.worker.submit(observe, containers)
 
 
 def _parse(message: Any, call: Call) -> Any:

@@ -53,12 +53,13 @@ from hypothesis import strategies as st
 from enforcer.commands.status import status
 from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
-from enforcer.cri.convert import container_create
+from enforcer.cri.convert import container_create, record_of, update_request
 from enforcer.decode import ContainerCreate
 from enforcer.decode.request import container_key
-from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning, Refused
+from enforcer.engine import Enforcer, Entry, LiveContainer, Pinning
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.policy import Admitted
-from enforcer.runtime.client import resources_record, update_request
+from enforcer.refusal import Refusal
 from enforcer.state import StateError, StateStore, journal
 from enforcer.state.store import JOURNAL_FILE, STATE_FILE, encode_state
 from enforcer.topology import Topology
@@ -102,10 +103,8 @@ class Runtime(RestoreRuntime):
     about them), whose re-pin converts the saved record of kubelet's resources as the CRI
     client does (a record it cannot convert fails there too)."""
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        return resources_record(update_request(container_id, resources, pinning).linux)
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
+        return record_of(update_request(container_id, resources, pinning).linux)
 
 
 # -- the states the engine writes ----------------------------------------------------------
@@ -180,7 +179,7 @@ def create_for(index: int, pod: Pod, container: int, attempt: int) -> tuple[Cont
         config=config,
         sandbox_config=sandbox_config_for(spec, uid),
     )
-    return container_create(request), resources_record(config.linux.resources)
+    return container_create(request), record_of(config.linux.resources)
 
 
 def enforcer(folder: Path, runtime: Runtime, config: Config) -> Enforcer:
@@ -208,7 +207,7 @@ def build(folder: Path, scenario: Scenario) -> Runtime:
                 key, _ = e.create(
                     create, sandbox_id=sandbox, resources=record, sync_later=step.journaled
                 )
-        except Refused:
+        except Refusal:
             continue  # no room: kubelet's pod fails
         if step.journaled:
             assert e.sync_state() is None
@@ -714,7 +713,7 @@ def next_decisions(e: Enforcer, runtime: Runtime) -> None:
         create, record = create_for(10 + n, Pod(kind, 1, False), 0, 0)
         try:
             key, _ = e.create(create, sandbox_id=f"sandbox-new{n}", resources=record)
-        except Refused:
+        except Refusal:
             continue  # no room left
         cid = f"cid-new{n}"
         runtime.containers[cid] = LiveContainer(cid, f"sandbox-new{n}", key, True, exited=False)

@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,11 @@ import pytest
 from enforcer.commands.status import status
 from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
-from enforcer.cri.convert import container_create
+from enforcer.cri.convert import container_create, record_of, update_request
 from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, Refused, StateWriteFailed
-from enforcer.refusal import Reason
-from enforcer.runtime.client import resources_record, update_request
+from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded, StateWriteFailed
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore
 from enforcer.state import store as store_module
 from enforcer.state.store import encode_state
@@ -47,9 +47,7 @@ class Runtime:
     def list_containers(self) -> list[LiveContainer]:
         return list(self.containers.values())
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         return resources
 
     def recorded(self, container: LiveContainer) -> Recorded | None:
@@ -78,7 +76,7 @@ def make(folder: Path, runtime: Runtime, store: StateStore | None = None) -> Enf
 
 def admit(e: Enforcer, name: str, resources: dict | None = None, attempt: int = 0) -> str:
     return e.create(
-        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources={}
+        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources=KubeletRecord()
     )[0]
 
 
@@ -434,7 +432,7 @@ def test_status_shows_the_sound_entries_and_names_the_damaged_ones(
 
 class CriRuntime(Runtime):
     """Re-pins as the CRI client does: the saved record of kubelet's resources converted to
-    the UpdateContainerResources call (`enforcer.runtime.client.update_request`); `records`:
+    the UpdateContainerResources call (`enforcer.cri.convert.update_request`); `records`:
     what it recorded of each container at its creation."""
 
     def __init__(self) -> None:
@@ -444,10 +442,8 @@ class CriRuntime(Runtime):
     def recorded(self, container: LiveContainer) -> Recorded | None:
         return self.records.get(container.id)
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        return resources_record(update_request(container_id, resources, pinning).linux)
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
+        return record_of(update_request(container_id, resources, pinning).linux)
 
 
 @pytest.mark.parametrize("runtime_has_it", [True, False], ids=["runtime-record", "none"])
@@ -467,7 +463,9 @@ def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
     runtime = CriRuntime()
     runtime.containers = shared.containers
     if runtime_has_it:
-        runtime.records["cid-third"] = Recorded(create_of("third"), kept, "", "")
+        runtime.records["cid-third"] = Recorded(
+            create_of("third"), KubeletRecord.from_saved(kept), "", ""
+        )
     e = make(folder, runtime)
     e.restore_saved()
     e.reconcile()
@@ -484,13 +482,17 @@ def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
         assert "the runtime's own record instead" in line
         assert not e.repin_failed
         # Moved, and sent with the runtime's record, which the registry now keeps.
-        sent = dict(third.resources)
+        sent = third.resources.to_dict()
         assert sent.pop("cpuset_cpus") == third.applied_cpus != before_cpus
         sent.pop("cpuset_mems", None)
-        assert sent == {k: v for k, v in kept.items() if not k.startswith("cpuset_")}
+        runtimes = KubeletRecord.from_saved(kept).to_dict()
+        assert sent == {k: v for k, v in runtimes.items() if not k.startswith("cpuset_")}
+        assert third.resources.damage is None
     else:
         assert e.repin_failed
-        assert dict(third.resources) == {"cpu_shares": [1]}
+        # Kept as it was saved, never lost: the next write saves it unchanged.
+        assert third.resources.to_dict() == {"cpu_shares": [1]}
+        assert third.resources.damage is not None and "cpu_shares" in third.resources.damage
 
 
 def test_status_names_a_policy_name_that_is_not_a_string(
@@ -565,7 +567,7 @@ def test_the_enforcer_refuses_to_decide_blind_when_the_state_cannot_be_read(
     e = make(folder, runtime)
     e.restore_saved()
     e.reconciled = True  # even so
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "blind", guaranteed("1"))
     assert err.value.reason == Reason.UNAVAILABLE
     assert str(err.value).startswith(f"the state file {path} cannot be read: Permission denied")
@@ -586,7 +588,7 @@ def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
     e.restore_saved()
     e.reconcile()
     (folder / ".state.json.tmp").mkdir()  # where every write goes first: now a folder
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "fourth")
     assert err.value.reason == Reason.UNAVAILABLE
     assert str(err.value) == (
@@ -594,7 +596,7 @@ def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
     )
     assert len(e.policy.admitted) == 3  # rolled back
     # Until a write works, nothing is decided, and the reason names the folder and the error.
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "fifth")
     assert str(err.value) == (
         f"the state folder {folder} cannot be written: Is a directory (EISDIR)"
