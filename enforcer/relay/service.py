@@ -28,7 +28,7 @@ from enforcer.cri.convert import (
 from enforcer.cri.status import UNCERTAIN, status_of
 from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
-from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
+from enforcer.relay.h2 import AnswerHere, Call, Forward, Response, Tap, TapFactory
 from enforcer.worker import EngineWorker
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 RUNTIME = "/runtime.v1.RuntimeService/"
 OK = grpc.StatusCode.OK.value[0]
 
-Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
+Interceptor = Callable[[Call], Awaitable[Forward | AnswerHere]]
 
 # Complete listings that come within this long of one another are judged once, by the newest.
 LISTING_COALESCE_SECONDS = 0.1
@@ -66,9 +66,9 @@ class CRIService:
 
     # -- container life cycle ----------------------------------------------------------------
 
-    async def create_container(self, call: Call) -> Forward | Refuse:
+    async def create_container(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.CreateContainerRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         resources = request.config.linux.resources
         try:
@@ -85,7 +85,7 @@ class CRIService:
             )
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
-            return Refuse(status_of(exc.reason), str(exc))
+            return AnswerHere(status_of(exc.reason), str(exc))
         # The fsync runs on the worker while containerd creates the container (queued once
         # the call is on its way); what the worker does for this call later comes after it.
         synced = self.worker.start_soon(self.enforcer.sync_state)
@@ -119,9 +119,9 @@ class CRIService:
 
         return Forward(request.SerializeToString(), created)
 
-    async def start_container(self, call: Call) -> Forward | Refuse:
+    async def start_container(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.StartContainerRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
 
         async def started(response: Response) -> None:
@@ -130,9 +130,9 @@ class CRIService:
 
         return Forward(call.message, started)
 
-    async def update_container_resources(self, call: Call) -> Forward | Refuse:
+    async def update_container_resources(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.UpdateContainerResourcesRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         if not request.HasField("linux"):
             return Forward(call.message)
@@ -145,22 +145,22 @@ class CRIService:
         try:
             pinning = await self.worker.run(update)
         except Refusal as exc:
-            return Refuse(status_of(exc.reason), str(exc))
+            return AnswerHere(status_of(exc.reason), str(exc))
         if pinning is None:
             return Forward(call.message)
         request.linux.cpuset_cpus = pinning.cpus
         request.linux.cpuset_mems = pinning.mems
         return Forward(request.SerializeToString())
 
-    async def stop_container(self, call: Call) -> Forward | Refuse:
+    async def stop_container(self, call: Call) -> Forward | AnswerHere:
         return self._release_container_after(call, api_pb2.StopContainerRequest, "stopped")
 
-    async def remove_container(self, call: Call) -> Forward | Refuse:
+    async def remove_container(self, call: Call) -> Forward | AnswerHere:
         return self._release_container_after(call, api_pb2.RemoveContainerRequest, "removed")
 
-    def _release_container_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+    def _release_container_after(self, call: Call, message: Any, what: str) -> Forward | AnswerHere:
         request = _parse(message, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         gone = partial(self.enforcer.container_gone, removed=what == "removed")
 
@@ -170,15 +170,15 @@ class CRIService:
 
         return Forward(call.message, done)
 
-    async def stop_pod_sandbox(self, call: Call) -> Forward | Refuse:
+    async def stop_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
         return self._release_sandbox_after(call, api_pb2.StopPodSandboxRequest, "pod stopped")
 
-    async def remove_pod_sandbox(self, call: Call) -> Forward | Refuse:
+    async def remove_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
         return self._release_sandbox_after(call, api_pb2.RemovePodSandboxRequest, "pod removed")
 
-    def _release_sandbox_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+    def _release_sandbox_after(self, call: Call, message: Any, what: str) -> Forward | AnswerHere:
         request = _parse(message, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
 
         gone = partial(self.enforcer.sandbox_gone, removed=what == "pod removed")
@@ -247,7 +247,7 @@ def _parse(message: Any, call: Call) -> Any:
     try:
         return message.FromString(call.message)
     except Exception as exc:  # a DecodeError of protobuf: the caller sent garbage
-        return Refuse(
+        return AnswerHere(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{call.method}: cannot parse the request as {message.DESCRIPTOR.full_name}: {exc}",
         )

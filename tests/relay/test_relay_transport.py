@@ -14,7 +14,7 @@ import grpc
 import pytest
 from relay_harness import FakeUpstream, RelayThread
 
-from enforcer.relay.h2 import Call, Forward, Refuse, Response
+from enforcer.relay.h2 import AnswerHere, Call, Forward, Response
 
 ECHO = "/test.Svc/Echo"
 
@@ -294,8 +294,8 @@ def test_refuse_never_reaches_upstream(
     relay_factory: Callable[..., RelayThread],
     channel_factory: Callable[[str], grpc.Channel],
 ) -> None:
-    async def refuse(call: Call) -> Refuse:
-        return Refuse(grpc.StatusCode.FAILED_PRECONDITION, "no cpus left: ß 50%")
+    async def refuse(call: Call) -> AnswerHere:
+        return AnswerHere(grpc.StatusCode.FAILED_PRECONDITION, "no cpus left: ß 50%")
 
     relay = relay_factory(lambda _p: upstream.path, {ECHO: refuse})
     ch = channel_factory(relay.socket_path)
