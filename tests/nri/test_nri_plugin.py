@@ -279,3 +279,21 @@ def test_the_state_keeps_kubelets_resources_as_the_relay_does() -> None:
     )  # fmt: skip
     assert record_of(nri) == relay_record(same)
     assert resources_message(record_of(nri)) == same
+
+
+def test_the_nri_daemon_verifies_cpusets_through_the_pending_reader(tmp_path: Path) -> None:
+    """The NRI transport gives the controllers its reader when they are built (no reader is
+    swapped afterwards): a container whose update the runtime has not applied is not read."""
+    from enforcer.app.nri import NriTransport
+    from enforcer.controllers.base import Roots
+    from enforcer.controllers.registry import node_controllers
+    from enforcer.options import RunOptions
+
+    transport = NriTransport(RunOptions(state_dir=str(tmp_path)), 0.0)
+    controllers = node_controllers(Roots(cgroupfs=str(tmp_path)), MACHINE, transport.cpuset_reader)
+    cpuset = controllers.get("cpuset")
+    assert isinstance(cpuset, CpusetController)
+    reader = cpuset.reader
+    assert isinstance(reader, PendingCpusets) and reader.runtime is transport.nri_runtime
+    transport.nri_runtime.unconfirmed.add("c-1")
+    assert reader.read("/kubepods/podx", "c-1") is None
