@@ -27,9 +27,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from enforcer.decode import ContainerCreate, KubeletResources
-from enforcer.engine import Enforcer
-from enforcer.engine.kubelet_record import KubeletRecord
-from enforcer.engine.model import Pinning
+from enforcer.engine import Enforcer, KubeletRecord, Pinning
 from enforcer.nri.connection import (
     OK,
     RESOURCE_EXHAUSTED,
@@ -76,8 +74,7 @@ class Late(Exception):
 
 
 class NriPlugin:
-    """The plugin service's handlers over the Enforcer, and the sender of its re-pins; the
-    engine's calls go to the worker it holds."""
+    """The plugin service's handlers over the Enforcer (on the worker it holds), and its re-pins."""
 
     def __init__(
         self,
