@@ -34,6 +34,7 @@ from enforcer.app.node import (
     start_configuration,
 )
 from enforcer.app.usage_watch import UsageWatch, topology_writer
+from enforcer.controllers.cpuset import CpusetReader
 from enforcer.engine import Enforcer, StateWriteFailed
 from enforcer.engine.ports import Runtime
 from enforcer.options import RunOptions
@@ -58,6 +59,10 @@ class Transport(ABC):
     name: str  # in log lines
     runtime: Runtime  # the engine's port to the container runtime
     not_serving = "the relay does not listen"  # /readyz while ``serving`` does not listen
+
+    def cpuset_reader(self, kernel: CpusetReader) -> CpusetReader:
+        """The reader of containers' cpusets the engine verifies with, over the kernel's."""
+        return kernel
 
     async def ready(self, node: Node, stop: asyncio.Event, health: HealthFile) -> int | None:
         """Before the worker exists: None to go on, or the exit code to stop with."""
@@ -119,7 +124,7 @@ async def run_daemon(options: RunOptions, transport: Transport) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload.set)
-    node = prepare(options, transport.runtime)
+    node = prepare(options, transport.runtime, transport.cpuset_reader)
     if node is None:
         transport.close()
         return 1

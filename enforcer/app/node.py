@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from enforcer.cluster import LastGoodStore
 from enforcer.cluster.client import in_cluster, make_api_client
 from enforcer.cluster.config_source import ClusterConfigSource
 from enforcer.controllers.base import Roots
+from enforcer.controllers.cpuset import CpusetReader
 from enforcer.controllers.errors import ApplyError
 from enforcer.controllers.registry import node_controllers
 from enforcer.engine import Enforcer
@@ -50,12 +52,14 @@ def build_enforcer(
     metrics: EnforcerMetrics,
     start: Start,
     runtime: Runtime,
+    cpuset_reader: Callable[[CpusetReader], CpusetReader] | None = None,
 ) -> Enforcer:
     controllers = node_controllers(
         Roots(
             cgroupfs=options.cgroupfs_root, sysfs=options.sysfs_root, resctrl=options.resctrl_root
         ),
         topology,
+        cpuset_reader,
     )
     for warning in controllers.configure(start.config):
         log.warning("%s", warning)
@@ -95,9 +99,14 @@ class Node:
     first: bool  # this process holds the state lock (else it takes over from another)
 
 
-def prepare(options: RunOptions, runtime: Runtime) -> Node | None:
-    """Reads the machine, the state folder and the configuration and builds the engine; None
-    (after logging why) when the enforcer cannot start."""
+def prepare(
+    options: RunOptions,
+    runtime: Runtime,
+    cpuset_reader: Callable[[CpusetReader], CpusetReader] | None = None,
+) -> Node | None:
+    """Reads the machine, the state folder and the configuration and builds the engine over
+    the transport's runtime port and reader of cpusets; None (after logging why) when the
+    enforcer cannot start."""
     try:
         if options.metrics_address is not None:
             _check_address(options.metrics_address)
@@ -113,7 +122,9 @@ def prepare(options: RunOptions, runtime: Runtime) -> Node | None:
         enforcer: Enforcer | None = None
         for i, start in enumerate(starts):
             try:
-                enforcer = build_enforcer(options, topology, store, metrics, start, runtime)
+                enforcer = build_enforcer(
+                    options, topology, store, metrics, start, runtime, cpuset_reader
+                )
                 break
             except (ConfigError, ApplyError) as exc:
                 if i == len(starts) - 1:

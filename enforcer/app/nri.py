@@ -24,7 +24,7 @@ from enforcer.app.daemon import Background, Transport, run_daemon
 from enforcer.app.health import NOT_SYNCHRONIZED, SERVING, STANDBY, HealthFile
 from enforcer.app.metrics_endpoint import MetricsEndpoint, Serving
 from enforcer.app.node import Node, reconcile_once
-from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.cpuset import CpusetReader
 from enforcer.handover import StateLock
 from enforcer.nri.plugin import NriPlugin
 from enforcer.nri.runtime import NriRuntime, PendingCpusets
@@ -108,20 +108,20 @@ class NriTransport(Transport):
         log.info("the state folder %s is ours now", self.options.state_dir)
         return None
 
+    def cpuset_reader(self, kernel: CpusetReader) -> CpusetReader:
+        """An update the runtime has not applied yet is not read back as a difference."""
+        return PendingCpusets(kernel, self.nri_runtime)
+
     def worker(self, node: Node) -> EngineWorker:
         enforcer, runtime = node.enforcer, self.nri_runtime
-        cpuset = enforcer.controllers.get("cpuset") if enforcer.controllers is not None else None
-        if isinstance(cpuset, CpusetController) and cpuset.reader is not None:
-            # An update the runtime has not applied yet is not read back as a difference.
-            cpuset.reader = PendingCpusets(cpuset.reader, runtime)
         self.plugin = NriPlugin(
-            enforcer,
+            EngineWorker(enforcer),
             runtime,
             reconcile=partial(reconcile_once, enforcer, node.store),
             rdt_by_runtime=runtime_applies_rdt(self.options.resctrl_root),
             observe=node.metrics.observe_nri,
         )
-        return self.plugin
+        return self.plugin.worker
 
     async def start(self, node: Node) -> Serving:
         plugin, options = self.plugin, self.options
@@ -182,7 +182,7 @@ class NriTransport(Transport):
 
     def close(self) -> None:
         if self.plugin is not None:
-            self.plugin.close()
+            self.plugin.worker.close()
 
 
 async def serve_nri(options: RunOptions, lock_wait: float = LOCK_WAIT_SECONDS) -> int:

@@ -17,12 +17,12 @@ from enforcer.app.daemon import Background, Transport, on_uvloop, run_daemon
 from enforcer.app.health import SERVING, STANDBY
 from enforcer.app.metrics_endpoint import MetricsEndpoint, Serving
 from enforcer.app.node import Node, reconcile_once
+from enforcer.cri.runtime import CriRuntime
 from enforcer.engine import Enforcer, StateWriteFailed
 from enforcer.engine.ports import RuntimeAway
 from enforcer.options import RunOptions
 from enforcer.relay.h2 import RelayServer, serve_relay
 from enforcer.relay.service import CRIService
-from enforcer.runtime import RuntimeClient
 from enforcer.state import StateStore
 from enforcer.worker import EngineWorker
 
@@ -47,14 +47,14 @@ class RelayTransport(Transport):
         self.runtime_socket = _socket_path(options.runtime_socket)
         self.image_socket = _socket_path(options.image_socket or options.runtime_socket)
         self.relay_socket = _socket_path(options.relay_socket)
-        self.runtime = self.client = RuntimeClient(self.runtime_socket)
+        self.runtime = self.client = CriRuntime(self.runtime_socket)
         self.service: CRIService | None = None
         self.server: RelayServer | None = None
         self.handed_over = False
 
     def worker(self, node: Node) -> EngineWorker:
-        self.service = CRIService(node.enforcer)
-        return self.service
+        self.service = CRIService(EngineWorker(node.enforcer))
+        return self.service.worker
 
     async def start(self, node: Node) -> Serving:
         service = self.service
@@ -134,7 +134,7 @@ class RelayTransport(Transport):
 
     def close(self) -> None:
         if self.service is not None:
-            self.service.close()
+            self.service.worker.close()
         self.client.close()
 
 
@@ -162,7 +162,7 @@ async def _reconcile_until_done(
 
     while not stop.is_set():
         try:
-            if await service.run(reconcile_once, enforcer, store):
+            if await service.worker.run(reconcile_once, enforcer, store):
                 health.reconcile_failed = None
                 return
         except RuntimeAway as exc:

@@ -39,15 +39,11 @@ from enforcer.refusal import Reason, Refusal
 from resource_contract.config import Config
 
 
-class ClassRefused(Refusal):
-    """An explicit class request that cannot be applied on this node."""
-
-
-def class_refused(request: ContainerRequest, exc: ClassError) -> ClassRefused:
+def class_refused(request: ContainerRequest, exc: ClassError) -> Refusal:
     """The refusal of `request` for a class error: NOT_SUPPORTED when the node lacks the
     feature, BAD_REQUEST for a malformed or unknown class."""
     reason = Reason.NOT_SUPPORTED if isinstance(exc, ClassUnavailable) else Reason.BAD_REQUEST
-    return ClassRefused(reason, f"pod {request.namespace}/{request.pod_name}: {exc}")
+    return Refusal(reason, f"pod {request.namespace}/{request.pod_name}: {exc}")
 
 
 def admit_class(
@@ -59,7 +55,7 @@ def admit_class(
 ) -> ContainerRequest:
     """A class controller's `admit`: the request as it is when its class `name` will be
     applied (`check(name, explicit=...)`), `without(request)` when a default would be skipped,
-    a ClassRefused for an explicit request the controller cannot carry out."""
+    a Refusal for an explicit request the controller cannot carry out."""
     if name is None:
         return request
     try:

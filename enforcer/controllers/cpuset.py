@@ -10,6 +10,7 @@ runtime (`Difference.by_runtime`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 from enforcer.controllers.base import (
@@ -83,8 +84,19 @@ class CpusetController(PerContainer):
         self.sysfs_root = sysfs_root
 
     @classmethod
-    def for_node(cls, roots: Roots, topology: Topology | None = None) -> CpusetController:
-        reader = CgroupCpusets(roots.cgroupfs) if roots.cgroupfs is not None else None
+    def for_node(
+        cls,
+        roots: Roots,
+        topology: Topology | None = None,
+        reader_over: Callable[[CpusetReader], CpusetReader] | None = None,
+    ) -> CpusetController:
+        """`reader_over`: the transport's reader over the kernel's (NRI: one that does not
+        read a container whose update the runtime has not applied yet)."""
+        reader: CpusetReader | None = None
+        if roots.cgroupfs is not None:
+            reader = CgroupCpusets(roots.cgroupfs)
+            if reader_over is not None:
+                reader = reader_over(reader)
         return cls(reader, topology=topology, sysfs_root=roots.sysfs)
 
     # -- configuration ---------------------------------------------------------------------

@@ -3,10 +3,12 @@ them: cpuset, RDT, block I/O, CPU classes, scheduling classes, memory classes, I
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from enforcer.controllers.base import Roots
 from enforcer.controllers.blockio.lifecycle import BlockIOClasses
 from enforcer.controllers.cpu_classes import CpuClasses
-from enforcer.controllers.cpuset import CpusetController
+from enforcer.controllers.cpuset import CpusetController, CpusetReader
 from enforcer.controllers.group import Controllers
 from enforcer.controllers.irq_isolation import IrqIsolation
 from enforcer.controllers.memory_classes import MemoryClasses
@@ -30,12 +32,17 @@ CONTROLLER_TYPES = (
 CONFIG_CHECKS: tuple[ConfigCheck, ...] = tuple(t.syntax for t in CONTROLLER_TYPES)
 
 
-def node_controllers(roots: Roots, topology: Topology | None = None) -> Controllers:
+def node_controllers(
+    roots: Roots,
+    topology: Topology | None = None,
+    cpuset_reader: Callable[[CpusetReader], CpusetReader] | None = None,
+) -> Controllers:
     """The controllers of a node whose kernel interfaces are at `roots`. `topology`: the
-    machine already read (else the cpuset controller reads `roots.sysfs` when it checks)."""
+    machine already read (else the cpuset controller reads `roots.sysfs` when it checks);
+    `cpuset_reader`: the transport's reader of cpusets over the kernel's."""
     return Controllers(
         [
-            CpusetController.for_node(roots, topology),
+            CpusetController.for_node(roots, topology, cpuset_reader),
             RdtClasses.for_node(roots),
             BlockIOClasses.for_node(roots),
             CpuClasses.for_node(roots, topology),

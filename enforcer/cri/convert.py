@@ -1,34 +1,22 @@
-"""CRI messages to and from the core's domain values, and refusal reasons to gRPC status codes."""
+"""CRI messages to and from the engine's domain values (every conversion of the CRI transport).
+
+A CreateContainerRequest becomes a `ContainerCreate`; kubelet's LinuxContainerResources become
+the registry's neutral `KubeletRecord` and back (`record_of`, `resources_message`); a listed
+container becomes a `LiveContainer`; a re-pin becomes an UpdateContainerResourcesRequest.
+"""
 
 from __future__ import annotations
 
-import grpc
+from dataclasses import replace
 
 from enforcer.cri import api_pb2
 from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.decode.dra_claims import claims_from_cdi
-from enforcer.refusal import Reason
+from enforcer.decode.request import container_key
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.engine.model import LiveContainer, Pinning
+from enforcer.engine.ports import RecordUnusable
 from resource_contract.classes import is_runtime_class_key
-
-STATUS: dict[Reason, grpc.StatusCode] = {
-    Reason.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
-    Reason.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
-    Reason.NO_ROOM: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Reason.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    Reason.NOT_SUPPORTED: grpc.StatusCode.FAILED_PRECONDITION,
-}
-
-
-# A CreateContainer answered with one of these may have created the container all the same.
-UNCERTAIN = frozenset(
-    code.value[0]
-    for code in (
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.UNKNOWN,
-    )
-)
 
 
 def hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:
@@ -71,4 +59,72 @@ def container_create(request: api_pb2.CreateContainerRequest) -> ContainerCreate
             else None
         ),
         dra_claims=claims_from_cdi(d.name for d in request.config.CDI_devices),
+    )
+
+
+def record_of(res: api_pb2.LinuxContainerResources) -> KubeletRecord:
+    """kubelet's resources as the registry keeps them."""
+    return KubeletRecord(
+        cpu_period=res.cpu_period,
+        cpu_quota=res.cpu_quota,
+        cpu_shares=res.cpu_shares,
+        memory_limit=res.memory_limit_in_bytes,
+        memory_swap_limit=res.memory_swap_limit_in_bytes,
+        oom_score_adj=res.oom_score_adj,
+        cpuset_cpus=res.cpuset_cpus,
+        cpuset_mems=res.cpuset_mems,
+        hugepage_limits=tuple((h.page_size, h.limit) for h in res.hugepage_limits),
+        unified=tuple(res.unified.items()),
+    )
+
+
+def resources_message(record: KubeletRecord) -> api_pb2.LinuxContainerResources:
+    """The registry's record as CRI's LinuxContainerResources."""
+    message = api_pb2.LinuxContainerResources(
+        cpu_period=record.cpu_period,
+        cpu_quota=record.cpu_quota,
+        cpu_shares=record.cpu_shares,
+        memory_limit_in_bytes=record.memory_limit,
+        memory_swap_limit_in_bytes=record.memory_swap_limit,
+        oom_score_adj=record.oom_score_adj,
+        cpuset_cpus=record.cpuset_cpus,
+        cpuset_mems=record.cpuset_mems,
+        unified=dict(record.unified),
+    )
+    for size, limit in record.hugepage_limits:
+        message.hugepage_limits.add(page_size=size, limit=limit)
+    return message
+
+
+def repinned(record: KubeletRecord, pinning: Pinning) -> KubeletRecord:
+    """The record as a re-pin over CRI sends it: the cpuset and memory nodes are the pinning's
+    ("" leaves the runtime's value: CRI's UpdateContainerResources ignores an empty one)."""
+    return replace(record, cpuset_cpus=pinning.cpus, cpuset_mems=pinning.mems)
+
+
+def update_request(
+    container_id: str, record: KubeletRecord, pinning: Pinning
+) -> api_pb2.UpdateContainerResourcesRequest:
+    """The UpdateContainerResources call that moves a container to `pinning`, with kubelet's
+    resources from the registry's record. RecordUnusable when the record cannot be sent, as
+    one read damaged from a saved state (the engine then takes the runtime's own record)."""
+    if record.damage is not None:
+        raise RecordUnusable(
+            f"UpdateContainerResources {container_id}: the saved record of kubelet's "
+            f"resources cannot be sent: {record.damage}"
+        )
+    return api_pb2.UpdateContainerResourcesRequest(
+        container_id=container_id, linux=resources_message(repinned(record, pinning))
+    )
+
+
+def live_container(c: api_pb2.Container) -> LiveContainer:
+    uid = c.labels.get("io.kubernetes.pod.uid")
+    return LiveContainer(
+        id=c.id,
+        sandbox_id=c.pod_sandbox_id,
+        key=container_key(uid, c.metadata.name, c.metadata.attempt) if uid else None,
+        running=c.state == api_pb2.CONTAINER_RUNNING,
+        # CONTAINER_UNKNOWN is not exited: the runtime lost sight of it, it may still run.
+        exited=c.state == api_pb2.CONTAINER_EXITED,
     )

@@ -1,7 +1,8 @@
 """The enforcer's engine: runtime events to decisions over the container registry, applied,
 verified and persisted, in domain values only."""
 
-from enforcer.engine.enforcer import Enforcer, Refused
+from enforcer.engine.enforcer import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning, Recorded
 from enforcer.engine.registry import ContainerView, Registry, StateWriteFailed, views_of
 
@@ -9,11 +10,11 @@ __all__ = [
     "ContainerView",
     "Enforcer",
     "Entry",
+    "KubeletRecord",
     "LiveContainer",
     "Phase",
     "Pinning",
     "Recorded",
-    "Refused",
     "Registry",
     "StateWriteFailed",
     "views_of",

@@ -5,19 +5,18 @@ failed, or held while its outcome is unknown until the runtime says. Runs on the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from enforcer.controllers.base import ClassRefused
-from enforcer.decode import ContainerCreate, DecodeError
+from enforcer.decode import ContainerCreate
 from enforcer.engine import claimed
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning
 from enforcer.engine.ports import RuntimeAway
 from enforcer.engine.registry import StateWriteFailed
 from enforcer.engine.release import release
 from enforcer.engine.repin import Repinner
-from enforcer.engine.shared import Refused, Shared, log
-from enforcer.policy import PlacementError
+from enforcer.engine.shared import Shared, log
+from enforcer.refusal import Refusal
 
 # A creation whose outcome is unknown is given up only when listings taken this long after it
 # still do not show the container (the runtime finishes or abandons a creation well within
@@ -35,7 +34,7 @@ class Admission:
         create: ContainerCreate,
         *,
         sandbox_id: str,
-        resources: Mapping[str, Any],
+        resources: KubeletRecord,
         sync_later: bool = False,
     ) -> tuple[str, Pinning]:
         """See `Enforcer.create`."""
@@ -61,9 +60,9 @@ class Admission:
                         applied_mems=pinning.mems or create.resources.cpuset_mems or s.all_mems,
                     )
                 )
-        except (DecodeError, ClassRefused, PlacementError, StateWriteFailed) as exc:
+        except Refusal as exc:  # DecodeError, PlacementError, StateWriteFailed, a class refused
             s.metrics.refusals.labels(exc.reason.value).inc()
-            raise Refused(exc.reason, str(exc)) from None
+            raise Refusal(exc.reason, str(exc)) from None
         s.metrics.decisions.labels(s.policy.name, placement.kind).inc()
         if sync_later:
             s.count_pending = True  # by `sync_state`, off the call's path

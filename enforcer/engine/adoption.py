@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from enforcer.controllers.base import ClassRefused
-from enforcer.decode import ContainerRequest, DecodeError, decode_container
+from enforcer.decode import ContainerRequest, decode_container
 from enforcer.engine.model import Entry, LiveContainer, Phase
 from enforcer.engine.ports import RuntimeAway
 from enforcer.engine.registry import demoted
 from enforcer.engine.shared import Shared, log
 from enforcer.engine.stopped import MAX_STOPPED, STUCK_AFTER_SECONDS, Stopped, StoppedContainers
 from enforcer.policy import PlacementError
+from enforcer.refusal import Refusal
 from enforcer.topology import CPUSet
 
 
@@ -55,7 +55,7 @@ def adopt(e: Shared, container: LiveContainer) -> None:
         return
     try:
         wanted = e.decode(recorded.create)
-    except (DecodeError, ClassRefused) as exc:
+    except Refusal as exc:  # DecodeError, or a class request this node cannot apply
         # It runs all the same: tracked on kubelet's numbers alone, without what was refused
         # (its annotations, a cpuset this machine does not have).
         log.warning(

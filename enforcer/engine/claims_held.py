@@ -6,8 +6,8 @@ from __future__ import annotations
 from enforcer.decode import ContainerRequest
 from enforcer.engine import claimed
 from enforcer.engine.repin import Repinner
-from enforcer.engine.shared import Refused, Shared
-from enforcer.refusal import Reason
+from enforcer.engine.shared import Shared
+from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 
 
@@ -23,7 +23,7 @@ def hold_claim(s: Shared, repinner: Repinner, request: ContainerRequest, cpus: C
 def release_claim(s: Shared, repinner: Repinner, uid: str) -> bool:
     """See `Enforcer.release_claim`."""
     if s.not_in_charge:
-        raise Refused(Reason.UNAVAILABLE, s.not_in_charge)
+        raise Refusal(Reason.UNAVAILABLE, s.not_in_charge)
     key = claimed.claim_key(uid)
     if key not in s.policy.admitted:
         return False

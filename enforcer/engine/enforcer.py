@@ -19,8 +19,7 @@ change in one order and need no locks; the mark checks it (`enforcer.engine.thre
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from enforcer.controllers.group import Controllers
 from enforcer.decode import (
@@ -32,6 +31,7 @@ from enforcer.decode import (
 )
 from enforcer.engine import claims_held, restore
 from enforcer.engine.admission import Admission
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.lifecycle import Lifecycle
 from enforcer.engine.model import Entry, LiveContainer, Pinning, Recorded
 from enforcer.engine.ports import DeviceSource, Runtime
@@ -40,7 +40,7 @@ from enforcer.engine.reconfigure import reconfigure
 from enforcer.engine.registry import ContainerView, Registry
 from enforcer.engine.repin import Repinner
 from enforcer.engine.resize import Resizer, resized_request
-from enforcer.engine.shared import Refused, Shared, class_settings
+from enforcer.engine.shared import Shared, class_settings
 from enforcer.engine.stopped import StoppedContainers
 from enforcer.engine.thread import WorkerThread, on_worker
 from enforcer.engine.verify import Verifier
@@ -204,7 +204,7 @@ class Enforcer:
         create: ContainerCreate,
         *,
         sandbox_id: str,
-        resources: Mapping[str, Any],
+        resources: KubeletRecord,
         sync_later: bool = False,
     ) -> tuple[str, Pinning]:
         """Admits a container about to be created; returns its key and the pinning the runtime
@@ -292,7 +292,7 @@ class Enforcer:
 
     @on_worker
     def update(
-        self, container_id: str, kubelet: KubeletResources, resources: Mapping[str, Any]
+        self, container_id: str, kubelet: KubeletResources, resources: KubeletRecord
     ) -> Pinning | None:
         """kubelet's own update: its limits apply, our pinning stays. A changed CPU request or
         limit (an in-place resize) is placed anew first; a Refusal when it does not fit.
@@ -366,7 +366,7 @@ class Enforcer:
     @on_worker
     def hold_claim(self, request: ContainerRequest, cpus: CPUSet) -> None:
         """Holds a prepared claim's CPUs (in the state file when this returns); the shared pools
-        move off them. ValueError naming the holder when one is taken meanwhile; Refused
+        move off them. ValueError naming the holder when one is taken meanwhile; Refusal
         (unavailable) while this process may not decide (kubelet retries)."""
         claims_held.hold_claim(self._s, self._repinner, request, cpus)
 
@@ -385,7 +385,6 @@ __all__ = [
     "ContainerView",
     "Enforcer",
     "Recorded",
-    "Refused",
     "class_settings",
     "resized_request",
 ]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from enforcer.decode import ContainerCreate
+from enforcer.engine.kubelet_record import KubeletRecord
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class Entry:
     phase: Phase = Phase.CREATING
     container_id: str | None = None
     cgroup_parent: str = ""  # the pod's, as kubelet set it: where the container's cgroups are
-    # The transport's record of kubelet's resources for the container (opaque to the engine):
-    # a re-pin sends them back whole, so the runtime never sees a zero it could take literally.
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    # What kubelet asked the runtime for (no transport's form): a re-pin sends it back whole,
+    # so the runtime never sees a zero it could take literally.
+    resources: KubeletRecord = field(default_factory=KubeletRecord)
     applied_cpus: str | None = None  # what the enforcer last had the runtime apply
     applied_mems: str | None = None
     verified: bool = False  # the kernel was read back and matched
@@ -61,7 +62,7 @@ class Entry:
     def to_dict(self) -> dict[str, Any]:
         data = dict(vars(self))
         data["phase"] = self.phase.value
-        data["resources"] = dict(self.resources)
+        data["resources"] = self.resources.to_dict()
         del data["unknown_since"], data["bound_at"]  # this process's clocks
         return data
 
@@ -76,6 +77,8 @@ class Entry:
         data.pop("bound_at", None)
         if data.get("container_id") is None:
             phase = Phase.UNKNOWN  # admitted by an earlier process, never answered
+        # A record saved before the neutral form (CRI's JSON) is read into it here.
+        data["resources"] = KubeletRecord.from_saved(data.get("resources", {}))
         known = {f for f in cls.__dataclass_fields__}
         return cls(phase=phase, **{k: v for k, v in data.items() if k in known and k != "phase"})
 
@@ -96,7 +99,7 @@ class Recorded:
     """What a running container was created with, read back from the runtime (to adopt it)."""
 
     create: ContainerCreate
-    resources: Mapping[str, Any]  # the transport's record, as in Entry.resources
+    resources: KubeletRecord  # as in Entry.resources
     running_cpus: str  # its cpuset now ("" when unknown)
     running_mems: str
 

@@ -7,9 +7,9 @@ values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import DeviceFacts, LiveContainer, Pinning, Recorded
 
 
@@ -38,12 +38,10 @@ class Runtime(Protocol):
         """Every container the runtime has; RuntimeAway when it cannot be asked."""
         ...
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         """Moves a container to `pinning`, sending kubelet's `resources` with it; returns the
         resources as sent. ContainerMissing, RuntimeAway, RecordUnusable when `resources`
-        cannot be sent, or RuntimeError for a refusal."""
+        cannot be sent (its `damage`), or RuntimeError for a refusal."""
         ...
 
     def recorded(self, container: LiveContainer) -> Recorded | None:

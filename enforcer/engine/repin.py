@@ -6,9 +6,9 @@ CPUs. Runs on the engine's worker.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import Entry, LiveContainer, Phase, Pinning
 from enforcer.engine.ports import ContainerMissing, RecordUnusable, RuntimeAway
 from enforcer.engine.registry import StateWriteFailed
@@ -103,7 +103,7 @@ class Repinner:
 
     def _runtime_record(
         self, entry: Entry, container_id: str, unusable: RecordUnusable
-    ) -> Mapping[str, Any]:
+    ) -> KubeletRecord:
         """The runtime's own record of kubelet's resources for a container whose saved one
         cannot be sent; the saved one's RecordUnusable again when the runtime has none."""
         live = LiveContainer(container_id, entry.sandbox_id, entry.key, running=True, exited=False)

@@ -5,16 +5,17 @@ not fit. Runs on the engine's worker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from enforcer.decode import ContainerRequest, KubeletResources, estimate_from_cri
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import Pinning
 from enforcer.engine.registry import StateWriteFailed
 from enforcer.engine.repin import Repinner
-from enforcer.engine.shared import Refused, Shared, log
+from enforcer.engine.shared import Shared, log
 from enforcer.policy import PlacementError
+from enforcer.refusal import Refusal
 
 
 class Resizer:
@@ -23,7 +24,7 @@ class Resizer:
         self.repinner = repinner
 
     def update(
-        self, container_id: str, kubelet: KubeletResources, resources: Mapping[str, Any]
+        self, container_id: str, kubelet: KubeletResources, resources: KubeletRecord
     ) -> Pinning | None:
         """See `Enforcer.update`."""
         s = self.s
@@ -52,7 +53,7 @@ class Resizer:
                     applied_mems=pinning.mems,
                 )
         except (PlacementError, StateWriteFailed) as exc:
-            raise Refused(exc.reason, f"resize refused: {exc}") from None
+            raise Refusal(exc.reason, f"resize refused: {exc}") from None
         log.info(
             "resized %s: CPU request %dm -> %dm",
             entry.key,

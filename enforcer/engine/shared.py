@@ -42,10 +42,6 @@ log = logging.getLogger("enforcer.engine.enforcer")
 MAX_UNADOPTABLE = 4096
 
 
-class Refused(Refusal):
-    """A call the enforcer answers itself, refusing it, instead of passing it on."""
-
-
 def class_settings(config: Config) -> ClassSettings:
     return ClassSettings(
         rdt=config.configured_classes("rdt"),
@@ -145,9 +141,9 @@ class Shared:
     # -- deciding ------------------------------------------------------------------------------
 
     def may_decide(self) -> None:
-        """Refused (unavailable) while this process must not place anything, saying why."""
+        """Refusal (unavailable) while this process must not place anything, saying why."""
         if self.not_in_charge:
-            raise Refused(Reason.UNAVAILABLE, self.not_in_charge)
+            raise Refusal(Reason.UNAVAILABLE, self.not_in_charge)
         store = self.registry.store
         if store is not None and store.write_problem and store.read_problem is None:
             # The folder is asked again now, not at the next periodic write: the first
@@ -157,9 +153,9 @@ class Shared:
             # The saved state cannot be read (deciding without it could hand out CPUs that
             # running containers hold) or the folder cannot be written (nothing decided would
             # count): the store names the path and the OS error.
-            raise Refused(Reason.UNAVAILABLE, store.problem)
+            raise Refusal(Reason.UNAVAILABLE, store.problem)
         if not self.reconciled:
-            raise Refused(
+            raise Refusal(
                 Reason.UNAVAILABLE,
                 "the enforcer has not yet read the runtime's containers since it started; "
                 "retry shortly",

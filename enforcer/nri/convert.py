@@ -2,34 +2,24 @@
 
 A pod and a container as NRI describes them become the same `ContainerCreate` the CRI relay
 decodes (the pod's annotations, its cgroup parent, kubelet's Linux resources), so one decoder
-and one policy serve both transports. The engine's refusals map to the gRPC status codes the
-relay uses (ttrpc carries the same codes).
+and one policy serve both transports; kubelet's resources become the registry's neutral
+`KubeletRecord`, which either transport sends back (a state folder moves between the modes).
+The refusals' codes are `enforcer.nri.status`'s.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from google.protobuf import json_format
-
-from enforcer.cri import api_pb2 as cri_api
-from enforcer.cri.convert import STATUS
 from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.decode.dra_claims import claims_from_env
 from enforcer.decode.request import container_key
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import LiveContainer, Pinning
 from enforcer.nriapi import api_pb2
-from enforcer.refusal import Reason
 
 # kubelet's own container annotation (containerd passes it on): the attempt, as CRI's
 # ContainerMetadata.attempt says it, which NRI does not carry.
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 POD_UID_LABEL = "io.kubernetes.pod.uid"
-
-
-def status_code(reason: Reason) -> int:
-    """The ttrpc (= gRPC) status code the relay answers a refusal of this reason with."""
-    return int(STATUS[reason].value[0])
 
 
 def attempt_of(container: api_pb2.Container) -> int:
@@ -71,19 +61,18 @@ def container_create(pod: api_pb2.PodSandbox, container: api_pb2.Container) -> C
     )
 
 
-def resources_record(res: api_pb2.LinuxResources) -> dict[str, Any]:
-    """kubelet's resources as the registry keeps them: in the relay's record format (CRI's
-    LinuxContainerResources as JSON), so that a state folder moves between the two modes."""
+def record_of(res: api_pb2.LinuxResources) -> KubeletRecord:
+    """kubelet's resources as the registry keeps them (what NRI tells of them: CPU and memory
+    limits, cpuset and memory nodes)."""
     k = kubelet_resources(res)
-    message = cri_api.LinuxContainerResources(
+    return KubeletRecord(
         cpu_period=k.cpu_period,
         cpu_quota=k.cpu_quota,
         cpu_shares=k.cpu_shares,
-        memory_limit_in_bytes=k.memory_limit,
+        memory_limit=k.memory_limit,
         cpuset_cpus=k.cpuset_cpus,
         cpuset_mems=k.cpuset_mems,
     )
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 def key_of(pod: api_pb2.PodSandbox | None, container: api_pb2.Container) -> str | None:

@@ -27,8 +27,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from enforcer.decode import ContainerCreate, KubeletResources
-from enforcer.engine import Enforcer
-from enforcer.engine.model import Pinning
+from enforcer.engine import Enforcer, KubeletRecord, Pinning
 from enforcer.nri.connection import (
     OK,
     RESOURCE_EXHAUSTED,
@@ -43,14 +42,14 @@ from enforcer.nri.convert import (
     container_create,
     event_name,
     kubelet_resources,
-    resources_record,
-    status_code,
+    record_of,
 )
 from enforcer.nri.events import PER_EVENT, per_event_handler, updated_pod
 from enforcer.nri.observe import Observer, counted, no_observer
 from enforcer.nri.protocol import Offer
 from enforcer.nri.runtime import NriRuntime
 from enforcer.nri.session import RUNTIME_SERVICE, plugin_method
+from enforcer.nri.status import refusal_error
 from enforcer.nri.sync_parts import SyncParts, SyncTooLarge
 from enforcer.nriapi import api_pb2
 from enforcer.refusal import Refusal
@@ -74,12 +73,12 @@ class Late(Exception):
     """The engine did not answer in time."""
 
 
-class NriPlugin(EngineWorker):
-    """The plugin service's handlers over the Enforcer, and the sender of its re-pins."""
+class NriPlugin:
+    """The plugin service's handlers over the Enforcer (on the worker it holds), and its re-pins."""
 
     def __init__(
         self,
-        enforcer: Enforcer,
+        worker: EngineWorker,
         runtime: NriRuntime,
         *,
         reconcile: Callable[[], bool],
@@ -87,7 +86,8 @@ class NriPlugin(EngineWorker):
         answer_seconds: float = ANSWER_SECONDS,
         observe: Observer = no_observer,
     ) -> None:
-        super().__init__(enforcer)
+        self.worker = worker
+        self.enforcer: Enforcer = worker.enforcer
         self.observe = observe
         self.runtime = runtime
         self.reconcile = reconcile  # on the worker: True once reconciled
@@ -180,7 +180,7 @@ class NriPlugin(EngineWorker):
 
     async def _in_time(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn on the worker; Late when it is not done in time (it still finishes)."""
-        future = asyncio.ensure_future(self.run(fn, *args))
+        future = asyncio.ensure_future(self.worker.run(fn, *args))
         done, _ = await asyncio.wait({future}, timeout=self.answer_seconds)
         if not done:
             future.add_done_callback(_log_late_failure)
@@ -196,7 +196,7 @@ class NriPlugin(EngineWorker):
 
         def check() -> None:
             self.runtime.confirmed(ids)
-            self.submit(self.enforcer.sweep)
+            self.worker.submit(self.enforcer.sweep)
 
         asyncio.get_running_loop().call_later(SETTLE_SECONDS, check)
 
@@ -238,7 +238,7 @@ class NriPlugin(EngineWorker):
                     failed.linux.resources.cpu.cpus,
                 )
             self.runtime.confirmed(u.container_id for u in updates)
-            self.submit(self.enforcer.sweep)
+            self.worker.submit(self.enforcer.sweep)
 
     # -- the plugin service ------------------------------------------------------------------
 
@@ -275,7 +275,7 @@ class NriPlugin(EngineWorker):
             len(containers),
             len(payload),
         )
-        attempt = asyncio.ensure_future(self.run(self._reconcile))
+        attempt = asyncio.ensure_future(self.worker.run(self._reconcile))
         finished, _ = await asyncio.wait({attempt}, timeout=self.answer_seconds)
         if not finished:
             log.warning(
@@ -319,7 +319,7 @@ class NriPlugin(EngineWorker):
             await asyncio.sleep(RECONCILE_RETRY_SECONDS)
             if self.connection is not connection:
                 return  # a new connection brings its own Synchronize
-            attempt = asyncio.ensure_future(self.run(self._reconcile))
+            attempt = asyncio.ensure_future(self.worker.run(self._reconcile))
 
     def _reconcile(self) -> bool:
         try:
@@ -341,14 +341,14 @@ class NriPlugin(EngineWorker):
             container_create(pod, container),
             pod.id,
             container.id,
-            resources_record(container.linux.resources),
+            record_of(container.linux.resources),
         )
         try:
             pinning, rdt = await self._in_time(create)
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
             self.runtime.container_removed(container.id)
-            raise TtrpcError(status_code(exc.reason), str(exc)) from None
+            raise refusal_error(exc) from None
         except Late:
             log.error(
                 "CreateContainer of %s/%s container %s: the enforcer did not decide within "
@@ -358,7 +358,7 @@ class NriPlugin(EngineWorker):
                 container.name,
                 self.answer_seconds,
             )
-            self.submit(self.enforcer.container_gone, container.id, "answered too late")
+            self.worker.submit(self.enforcer.container_gone, container.id, "answered too late")
             self.runtime.container_removed(container.id)
             raise TtrpcError(
                 UNAVAILABLE, "the resource enforcer is busy and did not decide in time; retry"
@@ -367,11 +367,11 @@ class NriPlugin(EngineWorker):
         # the container, and PostCreateContainer (before kubelet's answer) waits for it.
         if len(self._syncs) >= MAX_PENDING_SYNCS:
             self._syncs.pop(next(iter(self._syncs)))
-        self._syncs[container.id] = self.start_soon(self.enforcer.sync_state)
+        self._syncs[container.id] = self.worker.start_soon(self.enforcer.sync_state)
         self.runtime.pinned(container.id, pinning)
         updates = self.runtime.take_updates()
         self._settle(updates)
-        self.flush_soon()
+        self.worker.flush_soon()
         return api_pb2.CreateContainerResponse(
             adjust=adjustment(
                 pinning, rdt if self.rdt_by_runtime else None, rdt_clos=self.offer.rdt_clos
@@ -384,7 +384,7 @@ class NriPlugin(EngineWorker):
         create: ContainerCreate,
         sandbox_id: str,
         container_id: str,
-        record: dict[str, Any],
+        record: KubeletRecord,
     ) -> tuple[Pinning, str | None]:
         key, pinning = self.enforcer.create(
             create, sandbox_id=sandbox_id, resources=record, sync_later=True
@@ -402,13 +402,13 @@ class NriPlugin(EngineWorker):
             self.enforcer.update,
             container.id,
             kubelet,
-            resources_record(request.linux_resources),
+            record_of(request.linux_resources),
         )
         try:
             pinning = await self._in_time(update)
         except Refusal as exc:
             log.warning("refused UpdateContainer of %s: %s", container.id, exc)
-            raise TtrpcError(status_code(exc.reason), str(exc)) from None
+            raise refusal_error(exc) from None
         except Late:
             log.warning("UpdateContainer of %s answered before the enforcer decided", container.id)
             pinning = None
@@ -424,7 +424,7 @@ class NriPlugin(EngineWorker):
             cpu.cpus, cpu.mems = pinning.cpus, pinning.mems
             self.runtime.pinned(container.id, pinning)
         self._settle(updates)
-        self.flush_soon()
+        self.worker.flush_soon()
         return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
 
     async def stop_container(self, payload: bytes) -> bytes:
@@ -436,7 +436,7 @@ class NriPlugin(EngineWorker):
             log.warning("StopContainer of %s answered before its release", request.container.id)
         updates = self.runtime.take_updates()
         self._settle(updates)
-        self.flush_soon()
+        self.worker.flush_soon()
         return api_pb2.StopContainerResponse(update=updates).SerializeToString()
 
     async def _durable(self, container_id: str) -> None:
@@ -490,7 +490,7 @@ class NriPlugin(EngineWorker):
                 await self._in_time(work)
             except Late:
                 log.warning("StateChange %s answered before the enforcer was done", event.event)
-            self.flush_soon()
+            self.worker.flush_soon()
             self._work.set()  # re-pins it caused go out as UpdateContainers after this reply
 
 

@@ -16,13 +16,13 @@ verification judges it only once it had the chance to be right.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from enforcer.controllers.cpuset import CpusetReader
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import LiveContainer, Pinning, Recorded
 from enforcer.engine.ports import ContainerMissing, RuntimeAway
-from enforcer.nri.convert import container_create, cpuset_update, live_container, resources_record
+from enforcer.nri.convert import container_create, cpuset_update, live_container, record_of
 from enforcer.nriapi import api_pb2
 
 
@@ -109,9 +109,7 @@ class NriRuntime:
                 for c in self._containers.values()
             ]
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         with self._lock:
             self._need_sync()
             container = self._containers.get(container_id)
@@ -122,11 +120,7 @@ class NriRuntime:
             cpu = container.linux.resources.cpu
             cpu.cpus, cpu.mems = pinning.cpus or cpu.cpus, pinning.mems or cpu.mems
         self.wake()
-        sent = dict(resources)  # the relay's record format (enforcer.nri.convert)
-        sent.update(
-            {k: v for k, v in (("cpuset_cpus", pinning.cpus), ("cpuset_mems", pinning.mems)) if v}
-        )
-        return sent
+        return resources.pinned(pinning.cpus, pinning.mems)
 
     def recorded(self, container: LiveContainer) -> Recorded | None:
         with self._lock:
@@ -138,7 +132,7 @@ class NriRuntime:
             resources = found.linux.resources
             return Recorded(
                 create=container_create(pod, found),
-                resources=resources_record(resources),
+                resources=record_of(resources),
                 running_cpus=resources.cpu.cpus,
                 running_mems=resources.cpu.mems,
             )

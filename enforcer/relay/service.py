@@ -19,16 +19,16 @@ import grpc
 
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import (
-    STATUS,
-    UNCERTAIN,
     container_create,
     hide_class_annotations,
     kubelet_resources,
+    live_container,
+    record_of,
 )
+from enforcer.cri.status import UNCERTAIN, status_of
 from enforcer.engine import Enforcer
 from enforcer.refusal import Refusal
-from enforcer.relay.h2 import Call, Forward, Refuse, Response, Tap, TapFactory
-from enforcer.runtime.client import live_container, resources_record
+from enforcer.relay.h2 import AnswerHere, Call, Forward, Response, Tap, TapFactory
 from enforcer.worker import EngineWorker
 
 log = logging.getLogger(__name__)
@@ -36,17 +36,18 @@ log = logging.getLogger(__name__)
 RUNTIME = "/runtime.v1.RuntimeService/"
 OK = grpc.StatusCode.OK.value[0]
 
-Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
+Interceptor = Callable[[Call], Awaitable[Forward | AnswerHere]]
 
 # Complete listings that come within this long of one another are judged once, by the newest.
 LISTING_COALESCE_SECONDS = 0.1
 
 
-class CRIService(EngineWorker):
-    """Binds intercepted CRI methods to the Enforcer (run on the engine's worker)."""
+class CRIService:
+    """Binds intercepted CRI methods to the Enforcer, run on the engine's worker it holds."""
 
-    def __init__(self, enforcer: Enforcer) -> None:
-        super().__init__(enforcer)
+    def __init__(self, worker: EngineWorker) -> None:
+        self.worker = worker
+        self.enforcer: Enforcer = worker.enforcer
         # The newest complete listing not judged yet (its answer, and the binding sequence
         # when it was asked for). A newer complete listing says all an older one does: asked
         # for later, it can prove more containers gone, and it shows the runtime as it is now.
@@ -65,29 +66,29 @@ class CRIService(EngineWorker):
 
     # -- container life cycle ----------------------------------------------------------------
 
-    async def create_container(self, call: Call) -> Forward | Refuse:
+    async def create_container(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.CreateContainerRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         resources = request.config.linux.resources
         try:
             # The decision is in the state file when this returns, not yet fsynced: a restarted
             # enforcer reads it; a power cut is covered by the fsync below before kubelet hears.
-            key, pinning = await self.run(
+            key, pinning = await self.worker.run(
                 partial(
                     self.enforcer.create,
                     container_create(request),
                     sandbox_id=request.pod_sandbox_id,
-                    resources=resources_record(resources),
+                    resources=record_of(resources),
                     sync_later=True,
                 )
             )
         except Refusal as exc:
             log.warning("refused CreateContainer: %s", exc)
-            return Refuse(STATUS[exc.reason], str(exc))
+            return AnswerHere(status_of(exc.reason), str(exc))
         # The fsync runs on the worker while containerd creates the container (queued once
         # the call is on its way); what the worker does for this call later comes after it.
-        synced = self.start_soon(self.enforcer.sync_state)
+        synced = self.worker.start_soon(self.enforcer.sync_state)
         hide_class_annotations(request)
         if pinning.cpus:
             resources.cpuset_cpus = pinning.cpus
@@ -101,12 +102,12 @@ class CRIService(EngineWorker):
                 # answer: queued behind the fsync on the one worker, they run before any later
                 # call about this container (StartContainer comes after kubelet hears), and a
                 # crash before the binding is written is adopted from the runtime by key.
-                self.submit(self.enforcer.created, key, reply.container_id)
+                self.worker.submit(self.enforcer.created, key, reply.container_id)
                 await synced
-                self.flush_soon()
+                self.worker.flush_soon()
             else:
                 uncertain = response.status in UNCERTAIN
-                await self.run(
+                await self.worker.run(
                     partial(
                         self.enforcer.create_failed,
                         key,
@@ -118,20 +119,20 @@ class CRIService(EngineWorker):
 
         return Forward(request.SerializeToString(), created)
 
-    async def start_container(self, call: Call) -> Forward | Refuse:
+    async def start_container(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.StartContainerRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
 
         async def started(response: Response) -> None:
             if response.status == OK:
-                await self.run(self.enforcer.started, request.container_id)
+                await self.worker.run(self.enforcer.started, request.container_id)
 
         return Forward(call.message, started)
 
-    async def update_container_resources(self, call: Call) -> Forward | Refuse:
+    async def update_container_resources(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.UpdateContainerResourcesRequest, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         if not request.HasField("linux"):
             return Forward(call.message)
@@ -139,52 +140,52 @@ class CRIService(EngineWorker):
             self.enforcer.update,
             request.container_id,
             kubelet_resources(request.linux),
-            resources_record(request.linux),
+            record_of(request.linux),
         )
         try:
-            pinning = await self.run(update)
+            pinning = await self.worker.run(update)
         except Refusal as exc:
-            return Refuse(STATUS[exc.reason], str(exc))
+            return AnswerHere(status_of(exc.reason), str(exc))
         if pinning is None:
             return Forward(call.message)
         request.linux.cpuset_cpus = pinning.cpus
         request.linux.cpuset_mems = pinning.mems
         return Forward(request.SerializeToString())
 
-    async def stop_container(self, call: Call) -> Forward | Refuse:
+    async def stop_container(self, call: Call) -> Forward | AnswerHere:
         return self._release_container_after(call, api_pb2.StopContainerRequest, "stopped")
 
-    async def remove_container(self, call: Call) -> Forward | Refuse:
+    async def remove_container(self, call: Call) -> Forward | AnswerHere:
         return self._release_container_after(call, api_pb2.RemoveContainerRequest, "removed")
 
-    def _release_container_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+    def _release_container_after(self, call: Call, message: Any, what: str) -> Forward | AnswerHere:
         request = _parse(message, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
         gone = partial(self.enforcer.container_gone, removed=what == "removed")
 
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(gone, request.container_id, what)
+                await self.worker.run(gone, request.container_id, what)
 
         return Forward(call.message, done)
 
-    async def stop_pod_sandbox(self, call: Call) -> Forward | Refuse:
+    async def stop_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
         return self._release_sandbox_after(call, api_pb2.StopPodSandboxRequest, "pod stopped")
 
-    async def remove_pod_sandbox(self, call: Call) -> Forward | Refuse:
+    async def remove_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
         return self._release_sandbox_after(call, api_pb2.RemovePodSandboxRequest, "pod removed")
 
-    def _release_sandbox_after(self, call: Call, message: Any, what: str) -> Forward | Refuse:
+    def _release_sandbox_after(self, call: Call, message: Any, what: str) -> Forward | AnswerHere:
         request = _parse(message, call)
-        if isinstance(request, Refuse):
+        if isinstance(request, AnswerHere):
             return request
 
         gone = partial(self.enforcer.sandbox_gone, removed=what == "pod removed")
 
         async def done(response: Response) -> None:
             if response.status == OK:
-                await self.run(gone, request.pod_sandbox_id, what)
+                await self.worker.run(gone, request.pod_sandbox_id, what)
 
         return Forward(call.message, done)
 
@@ -239,14 +240,14 @@ class CRIService(EngineWorker):
         changed = self.enforcer.gone(containers, complete=complete, asked_at=asked_at)
         if changed or (complete and self.enforcer.unknown(containers)):
             observe = partial(self.enforcer.observed, complete=complete, asked_at=asked_at)
-            self.submit(observe, containers)
+            self.worker.submit(observe, containers)
 
 
 def _parse(message: Any, call: Call) -> Any:
     try:
         return message.FromString(call.message)
     except Exception as exc:  # a DecodeError of protobuf: the caller sent garbage
-        return Refuse(
+        return AnswerHere(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{call.method}: cannot parse the request as {message.DESCRIPTOR.full_name}: {exc}",
         )

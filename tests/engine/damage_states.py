@@ -4,19 +4,18 @@ scenarios of pods and steps, built by the engine into a real state folder."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hypothesis import strategies as st
 
 from enforcer.configuration import parse_config
 from enforcer.cri import api_pb2
-from enforcer.cri.convert import container_create
+from enforcer.cri.convert import container_create, record_of, update_request
 from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, LiveContainer, Pinning, Refused
-from enforcer.runtime.client import resources_record, update_request
+from enforcer.engine import Enforcer, LiveContainer, Pinning
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.refusal import Refusal
 from enforcer.state import StateStore
 from enforcer.topology import Topology
 from resource_contract.config import Config
@@ -51,10 +50,8 @@ class Runtime(RestoreRuntime):
     about them), whose re-pin converts the saved record of kubelet's resources as the CRI
     client does (a record it cannot convert fails there too)."""
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        return resources_record(update_request(container_id, resources, pinning).linux)
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
+        return record_of(update_request(container_id, resources, pinning).linux)
 
 
 # -- the states the engine writes ----------------------------------------------------------
@@ -129,7 +126,7 @@ def create_for(index: int, pod: Pod, container: int, attempt: int) -> tuple[Cont
         config=config,
         sandbox_config=sandbox_config_for(spec, uid),
     )
-    return container_create(request), resources_record(config.linux.resources)
+    return container_create(request), record_of(config.linux.resources)
 
 
 def enforcer(folder: Path, runtime: Runtime, config: Config) -> Enforcer:
@@ -157,7 +154,7 @@ def build(folder: Path, scenario: Scenario) -> Runtime:
                 key, _ = e.create(
                     create, sandbox_id=sandbox, resources=record, sync_later=step.journaled
                 )
-        except Refused:
+        except Refusal:
             continue  # no room: kubelet's pod fails
         if step.journaled:
             assert e.sync_state() is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.state import StateStore
 from enforcer.state.encoding import encode_state
 from enforcer.topology import Topology
@@ -35,9 +36,7 @@ class Runtime:
     def list_containers(self) -> list[LiveContainer]:
         return list(self.containers.values())
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         return resources
 
     def recorded(self, container: LiveContainer) -> Recorded | None:
@@ -66,7 +65,7 @@ def make(folder: Path, runtime: Runtime, store: StateStore | None = None) -> Enf
 
 def admit(e: Enforcer, name: str, resources: dict | None = None, attempt: int = 0) -> str:
     return e.create(
-        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources={}
+        create_of(name, resources, attempt), sandbox_id=f"sandbox-{name}", resources=KubeletRecord()
     )[0]
 
 

@@ -5,7 +5,7 @@ admit and create containers through the CRI adapter's conversion."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from enforcer.controllers.group import Controllers
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer, LiveContainer, Pinning, Recorded
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.ports import ContainerMissing, RuntimeAway
 from enforcer.state import StateStore
 from enforcer.topology import Topology
@@ -42,9 +43,7 @@ class StandInRuntime:
     def add(self, cid: str, key: str, *, running: bool = True) -> None:
         self.containers[cid] = LiveContainer(cid, "sandbox", key, running=running, exited=False)
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         if self.refuse_updates is not None:
             raise self.refuse_updates
         if container_id not in self.containers:
@@ -52,7 +51,7 @@ class StandInRuntime:
         if not self.ignore_updates:
             self.cpus[container_id] = pinning.cpus
         self.updates.append((container_id, pinning.cpus))
-        return {**resources, "cpuset_cpus": pinning.cpus}
+        return replace(resources, cpuset_cpus=pinning.cpus)
 
     def list_containers(self) -> list[LiveContainer]:
         if self.down:
@@ -127,7 +126,7 @@ def enforcer(
 
 
 def admit(e: Enforcer, name: str, resources: dict | None = None) -> tuple[str, Pinning]:
-    return e.create(create_of(name, resources), sandbox_id="sandbox", resources={})
+    return e.create(create_of(name, resources), sandbox_id="sandbox", resources=KubeletRecord())
 
 
 def create(e: Enforcer, runtime: StandInRuntime, name: str, resources: dict | None = None) -> str:

@@ -15,6 +15,7 @@ import pytest
 from enforcer.commands.status import status
 from enforcer.engine import Enforcer, Recorded
 from enforcer.engine.adoption import MAX_STOPPED, STUCK_AFTER_SECONDS, StoppedContainers
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.topology import CPUSet
 from tests.engine.standins import Clock, StandInRuntime, create, create_of, enforcer
 from tests.support.pods import guaranteed
@@ -34,7 +35,7 @@ def recorded(runtime: StandInRuntime, name: str, resources: dict | None, cpus: s
     cid = f"cid-{name}"
     runtime.add(cid, key)
     runtime.cpus[cid] = cpus
-    runtime.recorded_creates[cid] = Recorded(made, {}, cpus, "")
+    runtime.recorded_creates[cid] = Recorded(made, KubeletRecord(), cpus, "")
     return cid
 
 
@@ -64,7 +65,9 @@ def test_a_stopped_container_the_runtime_cannot_remove_settles_in_one_state(
     create(e, runtime, "exclusive", guaranteed("1"))
     stuck = create(e, runtime, "stuck")  # a shared container
     create(e, runtime, "neighbour")
-    runtime.recorded_creates[stuck] = Recorded(create_of("stuck"), {}, runtime.cpus[stuck], "")
+    runtime.recorded_creates[stuck] = Recorded(
+        create_of("stuck"), KubeletRecord(), runtime.cpus[stuck], ""
+    )
     # kubelet stops it; the runtime answers OK, then cannot remove it ("container is in
     # starting state, can't be removed") and goes on listing it as created.
     runtime.add(stuck, e.registry.by_container(stuck).key, running=False)  # type: ignore[union-attr]
@@ -114,7 +117,9 @@ def test_a_stopped_container_that_is_removed_soon_after_is_never_adopted(
     clock = Clock()
     e = enforcer(tmp_path, runtime, clock=clock)
     cid = create(e, runtime, "app")
-    runtime.recorded_creates[cid] = Recorded(create_of("app"), {}, runtime.cpus[cid], "")
+    runtime.recorded_creates[cid] = Recorded(
+        create_of("app"), KubeletRecord(), runtime.cpus[cid], ""
+    )
     e.container_gone(cid, "stopped")
     clock.now += 1
     listing = runtime.list_containers()
@@ -133,7 +138,9 @@ def test_a_stuck_container_the_runtime_finally_removes_is_released(tmp_path: Pat
     clock = Clock()
     e = enforcer(tmp_path, runtime, clock=clock)
     cid = create(e, runtime, "app")
-    runtime.recorded_creates[cid] = Recorded(create_of("app"), {}, runtime.cpus[cid], "")
+    runtime.recorded_creates[cid] = Recorded(
+        create_of("app"), KubeletRecord(), runtime.cpus[cid], ""
+    )
     e.container_gone(cid, "stopped")
     clock.now += STUCK_AFTER_SECONDS
     e.observed(runtime.list_containers(), complete=True, asked_at=e.sequence)
@@ -203,7 +210,9 @@ def test_a_reconciled_listing_that_shows_a_stopped_container_does_not_adopt_it_a
     clock = Clock()
     e = enforcer(tmp_path, runtime, clock=clock)
     cid = create(e, runtime, "app")
-    runtime.recorded_creates[cid] = Recorded(create_of("app"), {}, runtime.cpus[cid], "")
+    runtime.recorded_creates[cid] = Recorded(
+        create_of("app"), KubeletRecord(), runtime.cpus[cid], ""
+    )
     e.container_gone(cid, "stopped")
     e.reconcile()  # NRI's Synchronize right after the stop
     assert e.registry.by_container(cid) is None

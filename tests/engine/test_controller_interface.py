@@ -18,6 +18,7 @@ from enforcer.controllers.rdt import ResctrlGroups
 from enforcer.controllers.rdt.lifecycle import RdtClasses
 from enforcer.controllers.registry import CONFIG_CHECKS, CONTROLLER_TYPES, node_controllers
 from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
 from resource_contract.config import ConfigError
 from tests.engine.standins import MACHINE, Clock, FailingStore, StandInRuntime, create_of
 from tests.support.fake_resctrl import FakeResctrl
@@ -89,7 +90,7 @@ def test_sweep_moves_tasks_left_outside_their_rdt_class(tmp_path: Path) -> None:
     )
     e.reconciled = True
     create = create_of("batch")  # BestEffort: RDT class BestEffort by its QoS class
-    key, pinning = e.create(create, sandbox_id="sandbox", resources={})
+    key, pinning = e.create(create, sandbox_id="sandbox", resources=KubeletRecord())
     runtime.add("cid-batch", key)
     runtime.cpus["cid-batch"] = pinning.cpus or "0-3"
     folder = cgroupfs / "cpuset" / create.cgroup_parent.strip("/") / "cid-batch"

@@ -23,8 +23,9 @@ from enforcer.controllers.group import Controllers
 from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
-from enforcer.engine import Enforcer, Refused
-from enforcer.refusal import Reason
+from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet
 from resource_contract.config import Config
@@ -175,7 +176,7 @@ def create_of(name: str, cpu: str, annotations: dict[str, str]) -> ContainerCrea
 def run(e: Enforcer, name: str, cpu: str, annotations: dict[str, str]) -> tuple[str, str]:
     """Creates and starts a container; its id and cpuset."""
     key, pinning = e.create(
-        create_of(name, cpu, annotations), sandbox_id=f"sandbox-{name}", resources={}
+        create_of(name, cpu, annotations), sandbox_id=f"sandbox-{name}", resources=KubeletRecord()
     )
     runtime = e.runtime
     assert isinstance(runtime, StandInRuntime)
@@ -230,12 +231,12 @@ def test_a_class_on_a_container_without_exclusive_cpus_is_a_warning_not_a_write(
 def test_an_unknown_or_malformed_class_is_refused_as_a_bad_request(tmp_path: Path) -> None:
     sysfs = make_sysfs(tmp_path / "sys")
     e = start(tmp_path, sysfs, TOPOLOGY_AWARE)
-    with pytest.raises(Refused) as info:
+    with pytest.raises(Refusal) as info:
         run(e, "typo", "1", {f"{ANNOTATION}/container.app": "turob"})
     assert info.value.reason is Reason.BAD_REQUEST
     assert f'"{ANNOTATION}/container.app": CPU class "turob" is not configured' in str(info.value)
     assert "eco, turbo" in str(info.value)
-    with pytest.raises(Refused) as info:
+    with pytest.raises(Refusal) as info:
         run(e, "bad", "1", {f"{ANNOTATION}/pod": "../../" + "x" * 5000})
     assert info.value.reason is Reason.BAD_REQUEST
     assert "is malformed" in str(info.value) and len(str(info.value)) < 400
@@ -251,7 +252,7 @@ def test_a_namespace_classaccess_keeps_out_is_forbidden(tmp_path: Path) -> None:
         }
     )
     e = start(tmp_path, make_sysfs(tmp_path / "sys"), config)
-    with pytest.raises(Refused) as info:
+    with pytest.raises(Refusal) as info:
         run(e, "x", "1", {f"{ANNOTATION}/pod": "turbo"})
     assert info.value.reason is Reason.FORBIDDEN
     assert 'namespace "e2e" may not use CPU class "turbo" (allowed namespaces: ai-*)' in str(

@@ -20,6 +20,7 @@ from enforcer.cri import api_pb2
 from enforcer.cri.convert import container_create
 from enforcer.decode import ContainerCreate
 from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.podresources import PodResourcesClient, socket_path
 from enforcer.podresources.slices import numa_of
 from enforcer.state import StateStore
@@ -69,7 +70,9 @@ def create_of(name: str, cpu: str) -> ContainerCreate:
 
 
 def placed(e: Enforcer, name: str, cpu: str = "2") -> tuple[CPUSet, CPUSet]:
-    _, pinning = e.create(create_of(name, cpu), sandbox_id=f"sandbox-{name}", resources={})
+    _, pinning = e.create(
+        create_of(name, cpu), sandbox_id=f"sandbox-{name}", resources=KubeletRecord()
+    )
     return CPUSet.parse(pinning.cpus), CPUSet.parse(pinning.mems)
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from enforcer.configuration import parse_config
-from enforcer.engine import Enforcer, Refused
+from enforcer.engine import Enforcer
 from enforcer.engine.claimed import claim_request, claims, holders
-from enforcer.refusal import Reason
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from tests.engine.standins import (
     StandInRuntime,
@@ -49,7 +50,9 @@ def test_claimed_cpus_leave_the_shared_pool_and_come_back(tmp_path: Path, policy
     hold(e, "u1", "2")
     assert 2 not in CPUSet.parse(runtime.cpus[shared])  # re-pinned off the claimed CPU
     # A container of the claim: exactly the claimed CPU, its memory node.
-    key, pinning = e.create(claimed_create("worker", "u1"), sandbox_id="s", resources={})
+    key, pinning = e.create(
+        claimed_create("worker", "u1"), sandbox_id="s", resources=KubeletRecord()
+    )
     assert (pinning.cpus, pinning.mems) == ("2", "0")
     e.created(key, "cid-worker")
     runtime.add("cid-worker", key)
@@ -64,7 +67,7 @@ def test_exclusive_cpus_and_claims_never_overlap(tmp_path: Path) -> None:
     hold(e, "u1", "1-2")
     cid = create(e, runtime, "exclusive", guaranteed("1"))
     assert runtime.cpus[cid] == "3"
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(Refusal) as refused:
         admit(e, "another", guaranteed("1"))
     assert refused.value.reason is Reason.NO_ROOM
     assert holders(e.policy)[1] == "claim ns/claim-u1"
@@ -75,15 +78,15 @@ def test_exclusive_cpus_and_claims_never_overlap(tmp_path: Path) -> None:
 
 def test_no_claim_is_held_before_the_runtime_was_read_after_a_start(tmp_path: Path) -> None:
     e = enforcer(tmp_path, StandInRuntime(), reconciled=False)
-    with pytest.raises(Refused, match="not yet read the runtime's containers") as refused:
+    with pytest.raises(Refusal, match="not yet read the runtime's containers") as refused:
         hold(e, "u1", "1")
     assert refused.value.reason is Reason.UNAVAILABLE and claims(e.policy) == {}
 
 
 def test_a_container_naming_a_claim_not_prepared_here_is_refused(tmp_path: Path) -> None:
     e = enforcer(tmp_path, StandInRuntime())
-    with pytest.raises(Refused, match="DRA claim nope is not prepared on this node") as refused:
-        e.create(claimed_create("worker", "nope"), sandbox_id="s", resources={})
+    with pytest.raises(Refusal, match="DRA claim nope is not prepared on this node") as refused:
+        e.create(claimed_create("worker", "nope"), sandbox_id="s", resources=KubeletRecord())
     assert refused.value.reason is Reason.UNAVAILABLE
 
 
@@ -95,7 +98,7 @@ def test_a_restart_holds_every_claim_again_before_any_container(
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime, config)
     hold(e, "u1", "3")
-    key, _ = e.create(claimed_create("worker", "u1"), sandbox_id="s", resources={})
+    key, _ = e.create(claimed_create("worker", "u1"), sandbox_id="s", resources=KubeletRecord())
     e.created(key, "cid-worker")
     runtime.add("cid-worker", key)
     runtime.cpus["cid-worker"] = "3"

@@ -15,6 +15,7 @@ from prometheus_client import generate_latest
 from enforcer.configuration import parse_config
 from enforcer.engine import Enforcer
 from enforcer.engine.claimed import claim_request
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.topology import CPUSet
 from enforcer.usage import measure
 from tests.engine.standins import StandInRuntime, create, create_of, enforcer
@@ -31,7 +32,7 @@ def claimed_node(tmp_path: Path) -> tuple[Enforcer, StandInRuntime]:
     create(e, runtime, "shared")
     e.hold_claim(claim_request("u1", "ml", "gpu-job", cpu_class=None), CPUSet.parse("2-3"))
     key, pinning = e.create(
-        replace(create_of("worker"), dra_claims=("u1",)), sandbox_id="s", resources={}
+        replace(create_of("worker"), dra_claims=("u1",)), sandbox_id="s", resources=KubeletRecord()
     )
     e.created(key, "cid-worker")
     runtime.add("cid-worker", key)

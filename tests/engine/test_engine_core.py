@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.engine import Phase, Recorded, Refused
+from enforcer.engine import Phase, Recorded
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.ports import RuntimeAway
-from enforcer.refusal import Reason
+from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from tests.engine.standins import (
     Clock,
@@ -63,7 +64,7 @@ def test_restart_does_not_free_a_retried_creation(tmp_path: Path) -> None:
 def test_no_decision_before_the_runtime_was_read(tmp_path: Path) -> None:
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime, reconciled=False)
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "early", guaranteed("1"))
     assert err.value.reason is Reason.UNAVAILABLE
     assert "not yet read the runtime" in str(err.value)
@@ -93,7 +94,7 @@ def test_cut_off_creation_keeps_its_cpus_until_the_runtime_has_the_last_word(
     e.create_failed(key, uncertain=True, details="deadline exceeded")
     entry = e.registry.get(key)
     assert entry is not None and entry.phase is Phase.UNKNOWN
-    with pytest.raises(Refused) as err:  # the only exclusive CPU left is still held
+    with pytest.raises(Refusal) as err:  # the only exclusive CPU left is still held
         admit(e, "next", guaranteed("3"))
     assert err.value.reason is Reason.NO_ROOM
     # The orphan shows up later: it is bound, still on its CPU.
@@ -159,7 +160,7 @@ def test_a_listing_adopts_a_live_container_nobody_announced(tmp_path: Path) -> N
     key = f"{create_value.pod_uid}/{create_value.container}"
     runtime.add("cid-stray", key)
     runtime.cpus["cid-stray"] = "2"
-    runtime.recorded_creates["cid-stray"] = Recorded(create_value, {}, "2", "")
+    runtime.recorded_creates["cid-stray"] = Recorded(create_value, KubeletRecord(), "2", "")
     assert e.unknown(runtime.list_containers())
     e.observed(runtime.list_containers(), complete=True, asked_at=e.sequence)
     assert e.policy.placement(key).exclusive == CPUSet.of(2)
@@ -174,7 +175,7 @@ def test_in_place_resize_is_placed_anew(tmp_path: Path) -> None:
     kubelet = KubeletResources(
         cpu_period=100000, cpu_quota=200000, cpu_shares=2048, memory_limit=64 << 20
     )
-    pinning = e.update(cid, kubelet, {})
+    pinning = e.update(cid, kubelet, KubeletRecord())
     assert pinning is not None
     assert len(e.policy.taken) == 2
     assert CPUSet.parse(pinning.cpus) == e.policy.taken
@@ -191,7 +192,7 @@ def test_a_cpuset_only_update_is_not_a_resize(tmp_path: Path) -> None:
     cid = create(e, runtime, "held", guaranteed("1"))
     before = e.policy.taken
     assert len(before) == 1
-    pinning = e.update(cid, KubeletResources(cpuset_cpus="0-3"), {})
+    pinning = e.update(cid, KubeletResources(cpuset_cpus="0-3"), KubeletRecord())
     assert pinning is not None and CPUSet.parse(pinning.cpus) == before
     assert e.policy.taken == before
 
@@ -205,7 +206,7 @@ def test_a_failed_state_write_rolls_the_admission_back_and_names_the_file(
     store = e.registry.store
     assert isinstance(store, FailingStore)
     store.fail = OSError(28, "No space left on device")
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "unlucky", guaranteed("1"))
     assert err.value.reason is Reason.UNAVAILABLE
     assert str(store.path) in str(err.value) and "No space left on device" in str(err.value)
@@ -280,7 +281,7 @@ def test_an_enforcer_not_in_charge_refuses_to_decide(tmp_path: Path) -> None:
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime)
     e.not_in_charge = "the enforcer is stopping before it took over the node"
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "late", guaranteed("1"))
     assert err.value.reason == Reason.UNAVAILABLE
     assert not e.policy.admitted
@@ -312,8 +313,10 @@ def test_two_attempts_of_one_container_are_two_containers(tmp_path: Path) -> Non
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime)
     first = create_of("twice", guaranteed("1"))
-    key0, _ = e.create(first, sandbox_id="sandbox", resources={})
-    key1, pinning1 = e.create(replace(first, attempt=1), sandbox_id="sandbox", resources={})
+    key0, _ = e.create(first, sandbox_id="sandbox", resources=KubeletRecord())
+    key1, pinning1 = e.create(
+        replace(first, attempt=1), sandbox_id="sandbox", resources=KubeletRecord()
+    )
     assert key0 != key1
     runtime.add("cid-1", key1)
     runtime.cpus["cid-1"] = pinning1.cpus

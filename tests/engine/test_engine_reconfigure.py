@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from enforcer.configuration import parse_config
-from enforcer.engine import Refused
 from enforcer.engine.registry import StateWriteFailed
+from enforcer.refusal import Refusal
 from enforcer.topology import CPUSet
 from tests.engine.standins import (
     CONFIG,
@@ -66,7 +66,7 @@ def test_a_running_container_the_new_configuration_cannot_place_keeps_its_cpus(
     assert row.problem is not None and "cannot place" in row.problem
     assert again.policy.taken >= held  # nobody else gets its CPUs
     assert runtime.cpus[cid] == str(held)  # left where it runs
-    with pytest.raises(Refused):
+    with pytest.raises(Refusal):
         admit(again, "newcomer", guaranteed("1"))
     assert again.metrics.held._value.get() == 1
     # Once it ends, its CPUs are free again.

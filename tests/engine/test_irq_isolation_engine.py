@@ -16,6 +16,7 @@ from enforcer.controllers.group import Controllers
 from enforcer.controllers.irq import IrqAffinity, cpus_to_mask, mask_to_cpus
 from enforcer.controllers.irq_isolation import IrqIsolation
 from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
 from resource_contract.config import Config
@@ -60,7 +61,9 @@ def start(tmp_path: Path, proc: Path, config: Config = ON) -> Enforcer:
 
 
 def run(e: Enforcer, name: str, cpu: str) -> tuple[str, CPUSet]:
-    key, pinning = e.create(create_of(name, cpu, {}), sandbox_id=f"s-{name}", resources={})
+    key, pinning = e.create(
+        create_of(name, cpu, {}), sandbox_id=f"s-{name}", resources=KubeletRecord()
+    )
     runtime = e.runtime
     assert isinstance(runtime, StandInRuntime)
     cid = f"cid-{name}"

@@ -25,6 +25,7 @@ from enforcer.controllers.memory_classes import MemoryClasses
 from enforcer.controllers.registry import node_controllers
 from enforcer.controllers.scheduling_classes import SchedulingClasses
 from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.state import StateStore
 from resource_contract.config import Config, ConfigError
 from tests.engine.standins import MACHINE, Clock, StandInRuntime
@@ -76,7 +77,7 @@ def run(e: Enforcer, cgroupfs: Path, name: str, annotations: dict[str, str]) -> 
     """Creates and starts a 1-CPU, 64Mi container (cpu.max as kubelet sets it); its id and
     its cgroup v2 folder."""
     create = create_of(name, "1", annotations)
-    key, pinning = e.create(create, sandbox_id=f"sandbox-{name}", resources={})
+    key, pinning = e.create(create, sandbox_id=f"sandbox-{name}", resources=KubeletRecord())
     runtime = e.runtime
     assert isinstance(runtime, StandInRuntime)
     cid = f"cid-{name}"
@@ -208,7 +209,7 @@ def test_check_config_refuses_on_v1_and_accepts_on_v2(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["run", "nri"])
 def test_the_daemons_refuse_memory_classes_on_v1(tmp_path: Path, command: str) -> None:
-    """Refused at start, before any socket is touched, one line naming the key."""
+    """Refusal at start, before any socket is touched, one line naming the key."""
     path = tmp_path / "config.yaml"
     path.write_text(YAML)
     v1 = tmp_path / "v1"

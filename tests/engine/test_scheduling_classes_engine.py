@@ -21,8 +21,9 @@ from enforcer.controllers.cgroups import cgroup_path
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers
 from enforcer.controllers.scheduling_classes import SchedulingClasses
-from enforcer.engine import Enforcer, Refused
-from enforcer.refusal import Reason
+from enforcer.engine import Enforcer
+from enforcer.engine.kubelet_record import KubeletRecord
+from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore
 from resource_contract.config import Config
 from tests.engine.standins import MACHINE, Clock, StandInRuntime
@@ -103,7 +104,7 @@ def run(
 ) -> tuple[str, Path]:
     """Creates a container whose cgroup lists `tids` and starts it; its id and `tasks` file."""
     create = create_of(name, "1", annotations)
-    key, pinning = e.create(create, sandbox_id=f"sandbox-{name}", resources={})
+    key, pinning = e.create(create, sandbox_id=f"sandbox-{name}", resources=KubeletRecord())
     runtime = e.runtime
     assert isinstance(runtime, StandInRuntime)
     cid = f"cid-{name}"
@@ -178,12 +179,18 @@ def test_refused_classes_name_the_annotation_and_write_nothing(tmp_path: Path) -
         }
     )
     e = start(tmp_path, config)
-    with pytest.raises(Refused) as refused:
-        e.create(create_of("x", "1", {f"{KEY}/pod": "realtime"}), sandbox_id="s", resources={})
+    with pytest.raises(Refusal) as refused:
+        e.create(
+            create_of("x", "1", {f"{KEY}/pod": "realtime"}),
+            sandbox_id="s",
+            resources=KubeletRecord(),
+        )
     assert refused.value.reason is Reason.FORBIDDEN
     assert f'"{KEY}/pod"' in str(refused.value) and "rt-*" in str(refused.value)
-    with pytest.raises(Refused) as unknown:
-        e.create(create_of("y", "1", {f"{KEY}/pod": "turbo"}), sandbox_id="s", resources={})
+    with pytest.raises(Refusal) as unknown:
+        e.create(
+            create_of("y", "1", {f"{KEY}/pod": "turbo"}), sandbox_id="s", resources=KubeletRecord()
+        )
     assert unknown.value.reason is Reason.BAD_REQUEST
     assert "background, batchy, realtime" in str(unknown.value)
     assert not e.registry.entries

@@ -44,8 +44,9 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from enforcer.engine import Enforcer, LiveContainer, Refused
+from enforcer.engine import Enforcer, LiveContainer
 from enforcer.policy import Admitted
+from enforcer.refusal import Refusal
 from enforcer.state import StateError, StateStore
 from enforcer.state.encoding import encode_state
 from enforcer.state.store import STATE_FILE
@@ -126,7 +127,7 @@ def next_decisions(e: Enforcer, runtime: Runtime) -> None:
         create, record = create_for(10 + n, Pod(kind, 1, False), 0, 0)
         try:
             key, _ = e.create(create, sandbox_id=f"sandbox-new{n}", resources=record)
-        except Refused:
+        except Refusal:
             continue  # no room left
         cid = f"cid-new{n}"
         runtime.containers[cid] = LiveContainer(cid, f"sandbox-new{n}", key, True, exited=False)

@@ -12,8 +12,8 @@ import pytest
 
 from enforcer.controllers.cpuset import CpusetController
 from enforcer.controllers.group import Controllers
-from enforcer.engine import Enforcer, Refused
-from enforcer.refusal import Reason
+from enforcer.engine import Enforcer
+from enforcer.refusal import Reason, Refusal
 from enforcer.state import StateStore
 from tests.engine.standins import CONFIG, MACHINE, Clock, StandInRuntime, admit, create
 from tests.faults.state_dir import TmpfsStateDir
@@ -48,7 +48,7 @@ def test_the_first_creation_after_a_full_disk_frees_is_placed(tmpfs: TmpfsStateD
 
     tmpfs.fill()
     for name in ("during", "still-during"):  # each creation asks the disk again: still full
-        with pytest.raises(Refused) as refused:
+        with pytest.raises(Refusal) as refused:
             admit(e, name, guaranteed("1"))
         assert refused.value.reason is Reason.UNAVAILABLE
         assert str(tmpfs.path) in str(refused.value)

@@ -19,6 +19,7 @@ import pytest
 from enforcer.commands.status import status
 from enforcer.configuration import parse_config
 from enforcer.engine import Enforcer, LiveContainer
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.registry import StateWriteFailed
 from enforcer.refusal import Reason
 from enforcer.state import StateStore
@@ -59,7 +60,10 @@ def decide(e: Enforcer, runtime: Runtime, name: str, cpus: str | None = None) ->
     """A CreateContainer as the relay makes it: decided, journaled, then created and synced."""
     resources = guaranteed(cpus) if cpus else None
     key, _ = e.create(
-        create_of(name, resources), sandbox_id=f"sandbox-{name}", resources={}, sync_later=True
+        create_of(name, resources),
+        sandbox_id=f"sandbox-{name}",
+        resources=KubeletRecord(),
+        sync_later=True,
     )
     cid = f"cid-{name}"
     runtime.containers[cid] = LiveContainer(
@@ -107,7 +111,10 @@ def test_a_decision_is_in_the_journal_before_the_runtime_hears_of_it(tmp_path: P
     runtime = Runtime()
     first = started(folder, runtime)
     key, pinning = first.create(
-        create_of("g", guaranteed("1")), sandbox_id="sandbox-g", resources={}, sync_later=True
+        create_of("g", guaranteed("1")),
+        sandbox_id="sandbox-g",
+        resources=KubeletRecord(),
+        sync_later=True,
     )
     # Killed here: no sync, no answer. The container exists in the runtime all the same.
     runtime.containers["cid-g"] = LiveContainer("cid-g", "sandbox-g", key, True, False)
@@ -115,7 +122,9 @@ def test_a_decision_is_in_the_journal_before_the_runtime_hears_of_it(tmp_path: P
     assert str(again.policy.admitted[key].exclusive) == pinning.cpus
     assert again.registry.entries[key].container_id == "cid-g"
     with pytest.raises(Exception, match=r"2 free \(2-3\)") as refused:  # CPU 1 stays taken
-        again.create(create_of("h", guaranteed("3")), sandbox_id="sandbox-h", resources={})
+        again.create(
+            create_of("h", guaranteed("3")), sandbox_id="sandbox-h", resources=KubeletRecord()
+        )
     assert getattr(refused.value, "reason", None) is Reason.NO_ROOM
 
 
@@ -178,10 +187,14 @@ def test_kubelets_retry_of_a_cut_off_creation_replaces_its_record(
     runtime = Runtime()
     first = started(folder, runtime)
     create = create_of("g", guaranteed("1"))
-    key, _ = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    key, _ = first.create(
+        create, sandbox_id="sandbox-g", resources=KubeletRecord(), sync_later=True
+    )
     assert first.sync_state() is None
     first.create_failed(key, uncertain=True, details="context deadline exceeded")
-    retried, pinning = first.create(create, sandbox_id="sandbox-g", resources={}, sync_later=True)
+    retried, pinning = first.create(
+        create, sandbox_id="sandbox-g", resources=KubeletRecord(), sync_later=True
+    )
     assert retried == key and first.sync_state() is None
     runtime.containers["cid-g"] = LiveContainer("cid-g", "sandbox-g", key, True, False)
     # Killed here: both decisions are journal records.
@@ -250,7 +263,10 @@ def test_a_full_disk_leaves_no_half_record_and_refuses_the_container(
     monkeypatch.setattr(store_module.os, "write", short)
     with pytest.raises(Exception) as refused:
         e.create(
-            create_of("b", guaranteed("1")), sandbox_id="sandbox-b", resources={}, sync_later=True
+            create_of("b", guaranteed("1")),
+            sandbox_id="sandbox-b",
+            resources=KubeletRecord(),
+            sync_later=True,
         )
     monkeypatch.undo()
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
@@ -266,7 +282,10 @@ def test_a_failed_fsync_keeps_the_decision_and_refuses_new_ones_until_it_works(
     runtime = Runtime()
     e = started(folder, runtime)
     key, _ = e.create(
-        create_of("a", guaranteed("1")), sandbox_id="sandbox-a", resources={}, sync_later=True
+        create_of("a", guaranteed("1")),
+        sandbox_id="sandbox-a",
+        resources=KubeletRecord(),
+        sync_later=True,
     )
 
     def failing(fd: int) -> None:
@@ -278,11 +297,11 @@ def test_a_failed_fsync_keeps_the_decision_and_refuses_new_ones_until_it_works(
     assert why is not None and "Input/output error" in why
     assert key in e.policy.admitted  # the runtime may have made the container: it keeps its CPU
     with pytest.raises(Exception, match="cannot be written") as refused:
-        e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
+        e.create(create_of("b"), sandbox_id="sandbox-b", resources=KubeletRecord())
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
     monkeypatch.undo()
     # The next creation asks the disk again (a durable write of the whole state) and is placed.
-    e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
+    e.create(create_of("b"), sandbox_id="sandbox-b", resources=KubeletRecord())
     assert e.registry.store is not None and e.registry.store.problem is None
 
 
@@ -295,10 +314,16 @@ def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
     runtime = Runtime()
     e = started(folder, runtime)
     a, _ = e.create(
-        create_of("a", guaranteed("1")), sandbox_id="sandbox-a", resources={}, sync_later=True
+        create_of("a", guaranteed("1")),
+        sandbox_id="sandbox-a",
+        resources=KubeletRecord(),
+        sync_later=True,
     )
     b, _ = e.create(
-        create_of("b", guaranteed("1")), sandbox_id="sandbox-b", resources={}, sync_later=True
+        create_of("b", guaranteed("1")),
+        sandbox_id="sandbox-b",
+        resources=KubeletRecord(),
+        sync_later=True,
     )
     calls: list[int] = []
 
@@ -319,7 +344,7 @@ def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
     with monkeypatch.context() as disk_still_failing:
         disk_still_failing.setattr(store_module.os, "fsync", failing)
         with pytest.raises(Exception, match="cannot be written") as refused:
-            e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
+            e.create(create_of("c"), sandbox_id="sandbox-c", resources=KubeletRecord())
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
     fsynced: list[int] = []
     real_fsync = store_module.os.fsync
@@ -336,7 +361,7 @@ def test_a_failed_fsync_is_not_forgotten_by_a_later_one_that_succeeds(
     assert saved is not None
     keys = {c["key"] for c in saved["containers"]}
     assert {a, b} <= keys
-    e.create(create_of("c"), sandbox_id="sandbox-c", resources={})
+    e.create(create_of("c"), sandbox_id="sandbox-c", resources=KubeletRecord())
 
 
 def test_a_journal_that_cannot_be_read_stops_decisions(
@@ -359,7 +384,7 @@ def test_a_journal_that_cannot_be_read_stops_decisions(
     assert store.problem is not None and str(folder / JOURNAL_FILE) in store.problem
     e.reconciled = True
     with pytest.raises(Exception, match="cannot be read") as refused:
-        e.create(create_of("b"), sandbox_id="sandbox-b", resources={})
+        e.create(create_of("b"), sandbox_id="sandbox-b", resources=KubeletRecord())
     assert getattr(refused.value, "reason", None) is Reason.UNAVAILABLE
     with pytest.raises(StateWriteFailed):
         e.persist()  # never written over

@@ -10,14 +10,14 @@ import copy
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from enforcer.cri.convert import record_of, update_request
 from enforcer.engine import LiveContainer, Pinning, Recorded
-from enforcer.runtime.client import resources_record, update_request
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.state.encoding import encode_state
 from tests.engine.restore_support import (
     NAMES,
@@ -314,7 +314,7 @@ def test_a_restarted_container_is_restored_by_its_own_key(
 
 class CriRuntime(Runtime):
     """Re-pins as the CRI client does: the saved record of kubelet's resources converted to
-    the UpdateContainerResources call (`enforcer.runtime.client.update_request`); `records`:
+    the UpdateContainerResources call (`enforcer.cri.convert.update_request`); `records`:
     what it recorded of each container at its creation."""
 
     def __init__(self) -> None:
@@ -324,10 +324,8 @@ class CriRuntime(Runtime):
     def recorded(self, container: LiveContainer) -> Recorded | None:
         return self.records.get(container.id)
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
-        return resources_record(update_request(container_id, resources, pinning).linux)
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
+        return record_of(update_request(container_id, resources, pinning).linux)
 
 
 @pytest.mark.parametrize("runtime_has_it", [True, False], ids=["runtime-record", "none"])
@@ -347,7 +345,9 @@ def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
     runtime = CriRuntime()
     runtime.containers = shared.containers
     if runtime_has_it:
-        runtime.records["cid-third"] = Recorded(create_of("third"), kept, "", "")
+        runtime.records["cid-third"] = Recorded(
+            create_of("third"), KubeletRecord.from_saved(kept), "", ""
+        )
     e = make(folder, runtime)
     e.restore_saved()
     e.reconcile()
@@ -364,10 +364,14 @@ def test_a_damaged_record_of_kubelets_resources_is_replaced_by_the_runtimes(
         assert "the runtime's own record instead" in line
         assert not e.repin_failed
         # Moved, and sent with the runtime's record, which the registry now keeps.
-        sent = dict(third.resources)
+        sent = third.resources.to_dict()
         assert sent.pop("cpuset_cpus") == third.applied_cpus != before_cpus
         sent.pop("cpuset_mems", None)
-        assert sent == {k: v for k, v in kept.items() if not k.startswith("cpuset_")}
+        runtimes = KubeletRecord.from_saved(kept).to_dict()
+        assert sent == {k: v for k, v in runtimes.items() if not k.startswith("cpuset_")}
+        assert third.resources.damage is None
     else:
         assert e.repin_failed
-        assert dict(third.resources) == {"cpu_shares": [1]}
+        # Kept as it was saved, never lost: the next write saves it unchanged.
+        assert third.resources.to_dict() == {"cpu_shares": [1]}
+        assert third.resources.damage is not None and "cpu_shares" in third.resources.damage

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.engine import Refused, StateWriteFailed
-from enforcer.refusal import Reason
+from enforcer.engine import StateWriteFailed
+from enforcer.refusal import Reason, Refusal
 from enforcer.state import store as store_module
 from tests.engine.restore_support import Runtime, admit, make
 from tests.support.pods import guaranteed
@@ -33,7 +33,7 @@ def test_the_enforcer_refuses_to_decide_blind_when_the_state_cannot_be_read(
     e = make(folder, runtime)
     e.restore_saved()
     e.reconciled = True  # even so
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "blind", guaranteed("1"))
     assert err.value.reason == Reason.UNAVAILABLE
     assert str(err.value).startswith(f"the state file {path} cannot be read: Permission denied")
@@ -54,7 +54,7 @@ def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
     e.restore_saved()
     e.reconcile()
     (folder / ".state.json.tmp").mkdir()  # where every write goes first: now a folder
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "fourth")
     assert err.value.reason == Reason.UNAVAILABLE
     assert str(err.value) == (
@@ -62,7 +62,7 @@ def test_a_folder_that_takes_no_writes_refuses_decisions_until_a_write_works(
     )
     assert len(e.policy.admitted) == 3  # rolled back
     # Until a write works, nothing is decided, and the reason names the folder and the error.
-    with pytest.raises(Refused) as err:
+    with pytest.raises(Refusal) as err:
         admit(e, "fifth")
     assert str(err.value) == (
         f"the state folder {folder} cannot be written: Is a directory (EISDIR)"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.thread import OffWorker
 from enforcer.worker import EngineWorker
 from tests.engine.standins import StandInRuntime, admit, create, create_of, enforcer
@@ -65,7 +66,7 @@ def test_the_engine_is_free_again_once_its_worker_stopped(tmp_path: Path) -> Non
     worker.close()
     e.persist()  # no OffWorker: the worker's thread has ended
     assert key in e.registry
-    key2, _ = e.create(create_of("second"), sandbox_id="sandbox", resources={})
+    key2, _ = e.create(create_of("second"), sandbox_id="sandbox", resources=KubeletRecord())
     assert key2 in e.registry
 
 

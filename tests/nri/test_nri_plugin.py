@@ -24,6 +24,7 @@ from enforcer.nriapi import api_pb2
 from enforcer.state import StateStore
 from enforcer.state import store as store_module
 from enforcer.topology import Topology
+from enforcer.worker import EngineWorker
 
 MACHINE = Topology.synthetic(sockets=1, cores_per_node=4, threads_per_core=1)  # CPUs 0-3
 CONFIG = parse_config({"policy": {"name": "static", "reservedCPUs": "0"}})
@@ -86,9 +87,9 @@ def parts(tmp_path: Path):
         enforcer.reconcile()
         return True
 
-    plugin = NriPlugin(enforcer, runtime, reconcile=reconcile, answer_seconds=0.3)
+    plugin = NriPlugin(EngineWorker(enforcer), runtime, reconcile=reconcile, answer_seconds=0.3)
     yield plugin, runtime, kernel, enforcer
-    plugin.close()
+    plugin.worker.close()
 
 
 def synchronize(plugin: NriPlugin, pods=(), containers=()) -> api_pb2.SynchronizeResponse:
@@ -171,13 +172,13 @@ def test_a_busy_engine_gets_the_create_refused_in_time_and_released_after(parts)
     synchronize(plugin)
 
     async def main() -> float:
-        plugin.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
+        plugin.worker.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
         started = time.monotonic()
         with pytest.raises(TtrpcError) as late:
             await plugin.create_container(create_request("slow", 1000))
         took = time.monotonic() - started
         assert late.value.code == 14  # UNAVAILABLE: kubelet retries
-        await plugin.run(lambda: None)  # the late admission and its release are done
+        await plugin.worker.run(lambda: None)  # the late admission and its release are done
         return took
 
     took = asyncio.run(main())
@@ -200,12 +201,12 @@ def test_a_late_synchronize_is_answered_in_time_and_finished_after(parts) -> Non
     request.containers.extend([g1, stranger])
 
     async def main() -> tuple[float, api_pb2.SynchronizeResponse, str | None]:
-        plugin.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
+        plugin.worker.submit(time.sleep, 1.0)  # the worker is busy (a slow state write, say)
         started = time.monotonic()
         answer = await plugin.synchronize(request.SerializeToString())
         took = time.monotonic() - started
         health_meanwhile = plugin.reconcile_failed
-        await plugin.run(lambda: None)  # the late reconciliation is done
+        await plugin.worker.run(lambda: None)  # the late reconciliation is done
         await asyncio.sleep(0)
         return took, api_pb2.SynchronizeResponse.FromString(answer), health_meanwhile
 
@@ -265,12 +266,12 @@ def test_stop_releases_and_answers_the_widened_containers(parts) -> None:
 
 
 def test_the_state_keeps_kubelets_resources_as_the_relay_does() -> None:
-    """A state folder moves between the modes: the NRI plugin records kubelet's resources in
-    the relay's format, which the relay's re-pins read back."""
+    """A state folder moves between the modes: the NRI plugin records kubelet's resources as
+    the neutral record the relay keeps too, which the relay's re-pins send back."""
     from enforcer.cri import api_pb2 as cri
-    from enforcer.nri.convert import resources_record
-    from enforcer.runtime.client import resources_message
-    from enforcer.runtime.client import resources_record as relay_record
+    from enforcer.cri.convert import record_of as relay_record
+    from enforcer.cri.convert import resources_message
+    from enforcer.nri.convert import record_of
 
     nri = container("g", 1500, cpus="1-2").linux.resources
     nri.cpu.mems = "0"
@@ -278,5 +279,23 @@ def test_the_state_keeps_kubelets_resources_as_the_relay_does() -> None:
         cpu_period=100000, cpu_quota=150000, cpu_shares=1536,
         memory_limit_in_bytes=64 << 20, cpuset_cpus="1-2", cpuset_mems="0",
     )  # fmt: skip
-    assert resources_record(nri) == relay_record(same)
-    assert resources_message(resources_record(nri)) == same
+    assert record_of(nri) == relay_record(same)
+    assert resources_message(record_of(nri)) == same
+
+
+def test_the_nri_daemon_verifies_cpusets_through_the_pending_reader(tmp_path: Path) -> None:
+    """The NRI transport gives the controllers its reader when they are built (no reader is
+    swapped afterwards): a container whose update the runtime has not applied is not read."""
+    from enforcer.app.nri import NriTransport
+    from enforcer.controllers.base import Roots
+    from enforcer.controllers.registry import node_controllers
+    from enforcer.options import RunOptions
+
+    transport = NriTransport(RunOptions(state_dir=str(tmp_path)), 0.0)
+    controllers = node_controllers(Roots(cgroupfs=str(tmp_path)), MACHINE, transport.cpuset_reader)
+    cpuset = controllers.get("cpuset")
+    assert isinstance(cpuset, CpusetController)
+    reader = cpuset.reader
+    assert isinstance(reader, PendingCpusets) and reader.runtime is transport.nri_runtime
+    transport.nri_runtime.unconfirmed.add("c-1")
+    assert reader.read("/kubepods/podx", "c-1") is None

@@ -12,6 +12,7 @@ from enforcer.cri import api_pb2
 from enforcer.engine import Enforcer
 from enforcer.relay.h2 import Response
 from enforcer.relay.service import LISTING_COALESCE_SECONDS, CRIService
+from enforcer.worker import EngineWorker
 from tests.engine.standins import StandInRuntime, admit, create, enforcer
 from tests.support.pods import guaranteed
 
@@ -44,7 +45,7 @@ def answered(message: bytes) -> Response:
 async def settled(service: CRIService) -> None:
     """Once the coalesced listing is judged and the engine's work for it is done."""
     await asyncio.sleep(LISTING_COALESCE_SECONDS * 1.5)
-    await service.run(lambda: None)  # the one worker runs in order
+    await service.worker.run(lambda: None)  # the one worker runs in order
 
 
 def on_service(
@@ -52,11 +53,11 @@ def on_service(
 ) -> None:
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime)
-    service = CRIService(e)
+    service = CRIService(EngineWorker(e))
     try:
         asyncio.run(body(e, runtime, service))
     finally:
-        service.close()
+        service.worker.close()
 
 
 def held(e: Enforcer) -> set[str | None]:
@@ -104,7 +105,7 @@ def test_a_filtered_listing_is_judged_at_once(tmp_path: Path) -> None:
         second = create(e, runtime, "second", guaranteed("1"))
         # A listing narrowed to one container shows it exited; the other, not listed, stays.
         service.list_containers_tap()(only_of(second), answered(listing(e, exited=(second,))))
-        await service.run(lambda: None)  # no coalescing wait: the worker has it already
+        await service.worker.run(lambda: None)  # no coalescing wait: the worker has it already
         assert held(e) == {first}
 
     on_service(tmp_path, body)

@@ -1,4 +1,4 @@
-"""The HTTP/2 relay end to end, intercepted methods: Forward, Refuse, on_response, observers and
+"""The HTTP/2 relay end to end, intercepted methods: Forward, AnswerHere, on_response, observers and
 taps, with a real grpcio client and a real grpcio upstream."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import grpc
 import pytest
 from relay_harness import ECHO, FakeUpstream, RelayThread, unary
 
-from enforcer.relay.h2 import Call, Forward, Refuse, Response
+from enforcer.relay.h2 import AnswerHere, Call, Forward, Response
 
 # --------------------------------------------------------------------------- interception
 
@@ -133,8 +133,8 @@ def test_refuse_never_reaches_upstream(
     relay_factory: Callable[..., RelayThread],
     channel_factory: Callable[[str], grpc.Channel],
 ) -> None:
-    async def refuse(call: Call) -> Refuse:
-        return Refuse(grpc.StatusCode.FAILED_PRECONDITION, "no cpus left: ß 50%")
+    async def refuse(call: Call) -> AnswerHere:
+        return AnswerHere(grpc.StatusCode.FAILED_PRECONDITION, "no cpus left: ß 50%")
 
     relay = relay_factory(lambda _p: upstream.path, {ECHO: refuse})
     ch = channel_factory(relay.socket_path)

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from relay_harness import FakeUpstream, RelayThread
 
-from enforcer.relay.h2 import Call, Forward, Refuse
+from enforcer.relay.h2 import AnswerHere, Call, Forward
 
 Seen = list[tuple[str, int, float]]
 
@@ -79,10 +79,10 @@ def test_the_relays_own_answers_are_reported(
     workdir: str,
     seen: Seen,
 ) -> None:
-    async def refuse(call: Call) -> Forward | Refuse:
-        return Refuse(grpc.StatusCode.RESOURCE_EXHAUSTED, "no CPUs")
+    async def refuse(call: Call) -> Forward | AnswerHere:
+        return AnswerHere(grpc.StatusCode.RESOURCE_EXHAUSTED, "no CPUs")
 
-    async def forward(call: Call) -> Forward | Refuse:
+    async def forward(call: Call) -> Forward | AnswerHere:
         return Forward(call.message)
 
     missing = os.path.join(workdir, "missing.sock")

@@ -12,7 +12,7 @@ import pytest
 from h2peer import Peer, Server, data_of, grpc_message, request_headers
 from relay_harness import ECHO, FakeUpstream, RelayThread
 
-from enforcer.relay.h2 import Call, Forward, Refuse
+from enforcer.relay.h2 import AnswerHere, Call, Forward
 from enforcer.relay.h2.connection import PONG_DELAY
 from enforcer.relay.h2.framing import ErrorCode, Setting
 from enforcer.relay.h2.grpc_wire import (
@@ -382,8 +382,8 @@ def test_relay_credits_the_clients_data(client: Callable[..., Peer]) -> None:
 def test_refusal_is_a_trailers_only_response(
     upstream: FakeUpstream, relay_factory: Callable[..., RelayThread]
 ) -> None:
-    async def refuse(call: Call) -> Refuse:
-        return Refuse(grpc.StatusCode.PERMISSION_DENIED, "50% ü\n")
+    async def refuse(call: Call) -> AnswerHere:
+        return AnswerHere(grpc.StatusCode.PERMISSION_DENIED, "50% ü\n")
 
     relay = relay_factory(lambda _p: upstream.path, {ECHO: refuse}, name="r2.sock")
     peer = Peer.client(relay.socket_path)

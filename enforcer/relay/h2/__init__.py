@@ -9,7 +9,7 @@ routing, flow control and interception are the relay's own. One module per job:
 - ``framing``: HTTP/2 frames on hyperframe (reader, writer, builders, error codes);
 - ``header_codec``: HPACK on hpack (a bounded decoder, a never-indexing encoder);
 - ``grpc_wire``: gRPC on HTTP/2 (status codes and trailers, grpc-message, grpc-timeout);
-- ``intercept``: the interception API (``Call``, ``Forward``, ``Refuse``, taps, observers);
+- ``intercept``: the interception API (``Call``, ``Forward``, ``AnswerHere``, taps, observers);
 - ``windows``: the flow-control sizes;
 - ``half``: one stream on one connection, and the Protocols by which a call, its connections
   and the server reach each other without importing each other;
@@ -35,11 +35,11 @@ sockets only).
 """
 
 from enforcer.relay.h2.intercept import (
+    AnswerHere,
     Call,
     Forward,
     Interceptor,
     Observer,
-    Refuse,
     Response,
     Route,
     Tap,
@@ -48,11 +48,11 @@ from enforcer.relay.h2.intercept import (
 from enforcer.relay.h2.server import RelayServer, serve_relay
 
 __all__ = [
+    "AnswerHere",
     "Call",
     "Forward",
     "Interceptor",
     "Observer",
-    "Refuse",
     "RelayServer",
     "Response",
     "Route",

@@ -51,14 +51,14 @@ class Forward:
 
 
 @dataclass(frozen=True, slots=True)
-class Refuse:
+class AnswerHere:
     """Answer the call in the relay with ``code``/``message``; the upstream never sees it."""
 
     code: grpc.StatusCode
     message: str = ""
 
 
-Interceptor = Callable[[Call], Awaitable[Forward | Refuse]]
+Interceptor = Callable[[Call], Awaitable[Forward | AnswerHere]]
 # A tap watches a call it never holds up: made when the call starts (so it can note the
 # moment), called on the event loop once the upstream has answered, with the request message
 # and the response. It must be quick and must not raise.

@@ -39,10 +39,10 @@ from enforcer.relay.h2.grpc_wire import (
 from enforcer.relay.h2.half import Half, Link, Relay
 from enforcer.relay.h2.header_codec import HeaderList
 from enforcer.relay.h2.intercept import (
+    AnswerHere,
     Call,
     Forward,
     Interceptor,
-    Refuse,
     Response,
     Tap,
 )
@@ -328,11 +328,11 @@ class Stream:
         assert icpt is not None and icpt.interceptor is not None  # taps are never run
         try:
             decision = await icpt.interceptor(call)
-            if not isinstance(decision, (Forward, Refuse)):
+            if not isinstance(decision, (Forward, AnswerHere)):
                 raise TypeError(f"interceptor returned {type(decision).__name__}")
         except Exception as exc:
             log.exception("interceptor for %s failed", self.method)
-            decision = Refuse(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+            decision = AnswerHere(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
         if self.mode != INTERCEPTING:  # the client went away meanwhile
             # A Forward never sent still has its hook told, so what the interceptor prepared
             # (CPUs set aside for a container) is not left waiting for an answer forever.
@@ -340,7 +340,7 @@ class Stream:
                 self._never_sent(decision, CANCELLED, "the client went away before the call")
             return
         try:
-            if isinstance(decision, Refuse):
+            if isinstance(decision, AnswerHere):
                 self.mode = DONE
                 code = decision.code
                 self.answer(

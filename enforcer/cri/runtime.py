@@ -1,4 +1,4 @@
-"""The engine's runtime port over CRI: what the enforcer itself asks of the runtime.
+"""The engine's runtime port over CRI (`CriRuntime`): what the enforcer itself asks of the runtime.
 
 A small synchronous client: listings, re-pins through UpdateContainerResources, and a running
 container's recorded creation (for adoption), each mapped to the engine's domain values and
@@ -7,26 +7,28 @@ its errors (`RuntimeAway`, `ContainerMissing`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 
 from enforcer.cri import api_pb2, api_pb2_grpc
-from enforcer.cri.convert import container_create
-from enforcer.decode.request import container_key
+from enforcer.cri.convert import (
+    container_create,
+    live_container,
+    record_of,
+    repinned,
+    update_request,
+)
+from enforcer.cri.status import AWAY
+from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.model import LiveContainer, Pinning, Recorded
-from enforcer.engine.ports import ContainerMissing, RecordUnusable, RuntimeAway
+from enforcer.engine.ports import ContainerMissing, RuntimeAway
 from resource_contract.bounded import Limits, load_json
 
-# Status codes that mean the runtime could not be asked, rather than that it said no.
 # containerd's verbose status: the OCI spec and the sandbox's config, some KiB, nesting about
 # ten levels; the relay's own frame bound caps what can arrive at all.
 INFO_LIMITS = Limits(max_bytes=16 << 20, max_depth=64)
-_AWAY = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
 
 
 def unix_target(path: str) -> str:
@@ -35,56 +37,17 @@ def unix_target(path: str) -> str:
     return f"unix://{path}"
 
 
-def resources_record(resources: api_pb2.LinuxContainerResources) -> dict[str, Any]:
-    """kubelet's resources as the registry keeps them (JSON, field names as in the proto)."""
-    return json_format.MessageToDict(resources, preserving_proto_field_name=True)
-
-
-def resources_message(record: Mapping[str, Any]) -> api_pb2.LinuxContainerResources:
-    return json_format.ParseDict(dict(record), api_pb2.LinuxContainerResources())
-
-
-def update_request(
-    container_id: str, record: Mapping[str, Any], pinning: Pinning
-) -> api_pb2.UpdateContainerResourcesRequest:
-    """The UpdateContainerResources call that moves a container to `pinning`, with kubelet's
-    resources from the registry's record. RecordUnusable when the record cannot be converted,
-    as from a damaged saved state (the engine then takes the runtime's own record)."""
-    try:
-        message = resources_message(record)
-    except json_format.Error as exc:
-        raise RecordUnusable(
-            f"UpdateContainerResources {container_id}: the saved record of kubelet's "
-            f"resources cannot be sent: {exc}"
-        ) from None
-    message.cpuset_cpus = pinning.cpus
-    message.cpuset_mems = pinning.mems
-    return api_pb2.UpdateContainerResourcesRequest(container_id=container_id, linux=message)
-
-
-def live_container(c: api_pb2.Container) -> LiveContainer:
-    uid = c.labels.get("io.kubernetes.pod.uid")
-    return LiveContainer(
-        id=c.id,
-        sandbox_id=c.pod_sandbox_id,
-        key=container_key(uid, c.metadata.name, c.metadata.attempt) if uid else None,
-        running=c.state == api_pb2.CONTAINER_RUNNING,
-        # CONTAINER_UNKNOWN is not exited: the runtime lost sight of it, it may still run.
-        exited=c.state == api_pb2.CONTAINER_EXITED,
-    )
-
-
 def _failure(exc: grpc.RpcError, what: str) -> Exception:
     code = exc.code()
     details = exc.details()
     if code == grpc.StatusCode.NOT_FOUND:
         return ContainerMissing(f"{what}: {details}")
-    if code in _AWAY:
+    if code in AWAY:
         return RuntimeAway(f"{what}: {details}")
     return RuntimeError(f"{what}: {code.name}: {details}")
 
 
-class RuntimeClient:
+class CriRuntime:
     def __init__(self, socket: str, *, timeout: float = 10.0) -> None:
         self.socket = socket
         self.timeout = timeout
@@ -94,15 +57,13 @@ class RuntimeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def repin(
-        self, container_id: str, resources: Mapping[str, Any], pinning: Pinning
-    ) -> Mapping[str, Any]:
+    def repin(self, container_id: str, resources: KubeletRecord, pinning: Pinning) -> KubeletRecord:
         request = update_request(container_id, resources, pinning)
         try:
             self._stub.UpdateContainerResources(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise _failure(exc, f"UpdateContainerResources {container_id}") from None
-        return resources_record(request.linux)
+        return repinned(resources, pinning)
 
     def list_containers(self) -> list[LiveContainer]:
         try:
@@ -128,7 +89,7 @@ class RuntimeClient:
         current = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
         return Recorded(
             create=container_create(request),
-            resources=resources_record(config.linux.resources),
+            resources=record_of(config.linux.resources),
             running_cpus=current.get("cpus", "") or "",
             running_mems=current.get("mems", "") or "",
         )
