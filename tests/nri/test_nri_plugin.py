@@ -240,7 +240,7 @@ def test_synchronize_moves_an_unknown_container_off_the_exclusive_cpu(parts) -> 
     runtime.confirmed(["c-be"])
     # Verified on the engine's worker, where the plugin runs it (a call from another thread
     # while the worker holds the engine is refused: enforcer.engine.thread).
-    assert asyncio.run(plugin.run(enforcer.verify, enforcer.registry.by_container("c-be")))
+    assert asyncio.run(plugin.worker.run(enforcer.verify, enforcer.registry.by_container("c-be")))
 
 
 def test_stop_releases_and_answers_the_widened_containers(parts) -> None:
