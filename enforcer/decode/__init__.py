@@ -1,9 +1,9 @@
 """From a runtime's container creation to what the container asked for (pure: no I/O)."""
 
+from enforcer.decode.class_settings import ClassSettings
 from enforcer.decode.kubelet import KubeletResources
 from enforcer.decode.machine import Machine
 from enforcer.decode.request import (
-    ClassSettings,
     ContainerCreate,
     ContainerRequest,
     DecodeError,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from enforcer.decode.class_settings import ClassSettings
 from enforcer.decode.kubelet import (
     MIN_SHARES,
     QUOTA_PERIOD,
@@ -26,12 +27,10 @@ from enforcer.refusal import Reason, Refusal
 from enforcer.topology import CPUSet
 from resource_contract.affinity import AffinityError, AffinityTerm, resolve_affinity
 from resource_contract.balloons import (
-    BalloonAccess,
     resolve_balloon,
     validate_balloon_annotations,
 )
 from resource_contract.classes import (
-    ClassAccess,
     ClassKind,
     ClassRequest,
     ClassRequestError,
@@ -39,13 +38,11 @@ from resource_contract.classes import (
     validate_class_annotations,
 )
 from resource_contract.cpu_classes import (
-    CpuClassAccess,
     resolve_cpu_class,
     validate_cpu_class_annotations,
 )
 from resource_contract.keys import RESOURCES_KEYS
 from resource_contract.preferences import (
-    PreferenceAccess,
     PreferenceError,
     PreferenceForbidden,
     check_preference_access,
@@ -55,7 +52,7 @@ from resource_contract.preferences import (
 from resource_contract.qos import QoSClass, qos_from_cgroup_parent
 from resource_contract.quantities import int_value, milli_value
 from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
-from resource_contract.task_classes import TaskClassSettings, validate_task_class_annotations
+from resource_contract.task_classes import validate_task_class_annotations
 
 DEFAULT_PERIOD = QUOTA_PERIOD
 
@@ -173,24 +170,6 @@ class ContainerRequest:
 
 class DecodeError(Refusal):
     """A request that must be refused: malformed (BAD_REQUEST) or not allowed (FORBIDDEN)."""
-
-
-@dataclass(frozen=True)
-class ClassSettings:
-    """What the configuration says about class and preference requests; `None` configured
-    classes means no check, and the default access rules allow everything."""
-
-    rdt: Collection[str] | None = None
-    blockio: Collection[str] | None = None
-    access: ClassAccess = field(default_factory=ClassAccess)
-    preferences: PreferenceAccess = field(default_factory=PreferenceAccess)
-    # Balloon types a pod may ask for; None: not the balloons policy, any well-formed name.
-    balloon_types: Collection[str] | None = None
-    balloon_access: BalloonAccess = field(default_factory=BalloonAccess)
-    # CPU classes (`cpuClasses`) a pod may ask for; None: unknown, any well-formed name.
-    cpu_classes: Collection[str] | None = None
-    cpu_class_access: CpuClassAccess = field(default_factory=CpuClassAccess)
-    tasks: TaskClassSettings = field(default_factory=TaskClassSettings)  # scheduling, memory
 
 
 def estimate_from_cri(res: KubeletResources) -> dict[str, int]:
