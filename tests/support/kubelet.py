@@ -107,7 +107,7 @@ class KubeletEmulator:
         cgroup_driver: str = "cgroupfs",
         cgroupfs_root: str = "/sys/fs/cgroup",
         runtime_handler: str = "",
-        timeout: float = 30.0,
+        timeout: float = 120.0,
         memory_capacity: int | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
@@ -132,8 +132,9 @@ class KubeletEmulator:
         self.cgroup_driver = cgroup_driver
         self.cgroupfs_root = cgroupfs_root
         self.runtime_handler = runtime_handler
-        # Each RPC's deadline, stretched by KRE_TIMEOUT_SCALE: in the VM (emulated, at nice 19
-        # beside the host's tests) a RunPodSandbox takes longer than 30 s.
+        # Each RPC's deadline: kubelet's own default (runtimeRequestTimeout, 2 min), stretched by
+        # KRE_TIMEOUT_SCALE in the VM. A deadline here catches a hang, never a slow machine: with
+        # 30 s, a RunPodSandbox on a loaded CI machine once ran past it.
         self.timeout = scaled(timeout)
         self.memory_capacity = memory_capacity or node_memory_capacity()
         self.pods: dict[str, RunningPod] = {}  # sandbox id -> pod
