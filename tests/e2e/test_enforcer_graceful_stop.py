@@ -16,6 +16,7 @@ import pytest
 from enforcer.cri import api_pb2
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
+from tests.support.checks import cpus_of
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.images import BUSYBOX_IMAGE
@@ -72,10 +73,6 @@ def stop_in_flight(kubelet: KubeletEmulator, pod: RunningPod, timeout: int) -> g
         assert not call.done(), f"StopContainer ended early: {call.exception()}"
         time.sleep(0.05)
     return call
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
 
 
 def saved_holders(proc: EnforcerProcess) -> dict[str, str]:

@@ -16,6 +16,7 @@ import pytest
 
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
+from tests.support.checks import cpus_of
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.kubelet import KubeletEmulator, RunningPod
@@ -54,10 +55,6 @@ def enforcer(
 def kubelet(enforcer: EnforcerProcess, tmp_path: Path) -> Iterator[KubeletEmulator]:
     with KubeletEmulator(enforcer.relay_socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
 
 
 def allowed_by_the_kernel(kubelet: KubeletEmulator, pod: RunningPod) -> CPUSet:

@@ -15,9 +15,10 @@ import pytest
 
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
+from tests.support.checks import cpus_of
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess
-from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import guaranteed, manifest, sleeper
 
 pytestmark = pytest.mark.containerd
@@ -52,10 +53,6 @@ def enforcer(
 def kubelet(enforcer: EnforcerProcess, tmp_path: Path) -> Iterator[KubeletEmulator]:
     with KubeletEmulator(enforcer.relay_socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
 
 
 def test_preserved_container_falls_back_to_the_reserved_cpu_never_an_exclusive_one(

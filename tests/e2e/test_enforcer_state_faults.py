@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +19,10 @@ from enforcer.cri import api_pb2
 from enforcer.state.encoding import encode_state
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
+from tests.support.checks import cpus_of, wait_for
 from tests.support.containerd import PrivateContainerd
 from tests.support.enforcer_process import EnforcerProcess, free_port
-from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import guaranteed, manifest, sleeper
 
 
@@ -37,18 +37,6 @@ pytestmark = pytest.mark.containerd
 
 ALL = node_cpus()
 RESERVED = CPUSet.of(min(ALL))
-
-
-def wait_for(predicate: Callable[[], bool], why: Callable[[], str], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.1)
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
 
 
 def metric(proc: EnforcerProcess, name: str) -> float:
@@ -174,7 +162,7 @@ def test_a_read_only_state_folder_still_serves_kubelet(
 
     # Writable again: the enforcer notices, decides again, and releases what went meanwhile.
     remount(enforcer.state_dir, "rw")
-    wait_for(creates(kubelet, "after"), enforcer.log_tail)
+    wait_for(creates(kubelet, "after"), why=enforcer.log_tail)
     assert metric(enforcer, "resource_enforcer_state_writable") == 1
     assert "can be written again" in enforcer.log_tail(200)
     if saved:
@@ -183,7 +171,7 @@ def test_a_read_only_state_folder_still_serves_kubelet(
             kubelet.list_containers()  # kubelet's relisting shows the removed pod gone
             return cpus_of(shared) == ALL
 
-        wait_for(relisted_shared_on_all, enforcer.log_tail)
+        wait_for(relisted_shared_on_all, why=enforcer.log_tail)
     assert kubelet.run_pod(manifest("exclusive", sleeper(resources=guaranteed("1"))))
     assert enforcer.stop() == 0, enforcer.log_tail()
     saved_state = json.loads(Path(enforcer.state_dir, "state.json").read_text())
@@ -222,7 +210,7 @@ def test_a_state_path_that_cannot_be_read_refuses_decisions_and_serves(
 
     # The path fixed: the enforcer reads again (nothing there), adopts what runs, decides.
     state.rmdir()
-    wait_for(creates(kubelet, "after"), enforcer.log_tail)
+    wait_for(creates(kubelet, "after"), why=enforcer.log_tail)
     assert cpus_of(held) == pinned
     assert refusal(kubelet, "second").code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert enforcer.stop() == 0, enforcer.log_tail()
@@ -262,7 +250,7 @@ def test_a_corrupt_state_with_containers_running_is_repaired_from_the_runtime(
     state = Path(enforcer.state_dir, "state.json")
     # The decisions reach state.json lazily (the journal holds them first): the damage is to
     # the file, so it must hold both.
-    wait_for(lambda: _admitted_in_file(state) == {"held", "shared"}, enforcer.log_tail, 10)
+    wait_for(lambda: _admitted_in_file(state) == {"held", "shared"}, why=enforcer.log_tail)
     enforcer.kill9()
     damage(state)
     enforcer.start()
@@ -273,7 +261,7 @@ def test_a_corrupt_state_with_containers_running_is_repaired_from_the_runtime(
     assert list(Path(enforcer.state_dir).glob("state.json.corrupt-*"))
     # Reconciliation adopted both running containers: the real cgroups are as before, the
     # held CPU is still held (a new exclusive container is refused), the file is whole again.
-    wait_for(lambda: "reconciled with the runtime: 2 containers" in enforcer.log_tail(), log)
+    wait_for(lambda: "reconciled with the runtime: 2 containers" in enforcer.log_tail(), why=log)
     assert cpus_of(held) == pinned and cpus_of(shared) == ALL - pinned
     assert refusal(kubelet, "second").code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     saved = json.loads(state.read_text())

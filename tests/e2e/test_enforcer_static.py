@@ -19,12 +19,12 @@ from enforcer.cri import api_pb2, api_pb2_grpc
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import memory_limit, node_cpus
+from tests.support.checks import cpus_of, wait_for
 from tests.support.containerd import PrivateContainerd
 from tests.support.crio import expect_gap
 from tests.support.enforcer_process import EnforcerProcess, free_port
-from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.kubelet import KubeletEmulator
 from tests.support.pods import guaranteed, manifest, sleeper
-from tests.support.slow import scaled
 
 pytestmark = pytest.mark.containerd
 
@@ -54,18 +54,6 @@ def enforcer(
 def kubelet(enforcer: EnforcerProcess, tmp_path: Path) -> Iterator[KubeletEmulator]:
     with KubeletEmulator(enforcer.relay_socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def cpus_of(pod: RunningPod, container: str = "app") -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", container), "cpuset.cpus").read_text())
-
-
-def wait_for(predicate, timeout: float = 10.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + scaled(timeout)
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.05)
 
 
 def test_exclusive_cpu_and_shared_pool_follow_each_other(kubelet: KubeletEmulator) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import node_cpus
+from tests.support.checks import cpus_of, wait_for
 from tests.support.kubelet import KubeletEmulator, RunningPod
 from tests.support.nri_enforcer import NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
@@ -52,18 +53,6 @@ def plugin(ctrd: NriContainerd, tmp_path: Path) -> Iterator[NriEnforcerProcess]:
 def kubelet(ctrd: NriContainerd, plugin: NriEnforcerProcess, tmp_path: Path):
     with KubeletEmulator(ctrd.socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def cpus_of(pod: RunningPod) -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", "app"), "cpuset.cpus").read_text())
-
-
-def wait_for(predicate, timeout: float = 15.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.05)
 
 
 def exclusive_and_shared(kubelet: KubeletEmulator) -> tuple[RunningPod, RunningPod]:

@@ -5,7 +5,6 @@ CPU 1 the one exclusive CPU). Every assertion reads the real cgroup files."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from enforcer.metrics import NRI_EVENTS, NRI_METHODS
 from enforcer.topology import CPUSet
 from tests.support.cgroupfs import memory_limit, node_cpus
+from tests.support.checks import cpus_of, wait_for
 from tests.support.enforcer_process import free_port
-from tests.support.kubelet import KubeletEmulator, RunningPod
+from tests.support.kubelet import KubeletEmulator
 from tests.support.nri_enforcer import PER_EVENT_METHOD, PER_EVENT_RELEASES, NriEnforcerProcess
 from tests.support.pods import guaranteed, manifest, sleeper
 from tests.support.runtimes import NriContainerd
@@ -57,18 +57,6 @@ def kubelet(
 ) -> Iterator[KubeletEmulator]:
     with KubeletEmulator(nri_containerd.socket, log_root=tmp_path / "pods") as emu:
         yield emu
-
-
-def cpus_of(pod: RunningPod, container: str = "app") -> CPUSet:
-    return CPUSet.parse(Path(pod.cgroup_path("cpuset", container), "cpuset.cpus").read_text())
-
-
-def wait_for(predicate, timeout: float = 10.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time\n{why()}")
-        time.sleep(0.05)
 
 
 def test_exclusive_cpu_and_shared_pool_follow_each_other(
