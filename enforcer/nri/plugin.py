@@ -14,14 +14,14 @@ the relay does.
 The runtime waits for every answer (containerd: 2 s, then it drops the plugin): the engine
 runs on its worker thread, and an answer that is not ready within ``ANSWER_SECONDS`` is given
 without it (a CreateContainer is then refused UNAVAILABLE, for kubelet to retry), with a log
-line; the work finishes on the worker and its re-pins follow as UpdateContainers.
+line; the work finishes on the worker and its re-pins follow as UpdateContainers, sent when the
+runtime is quiet (enforcer.nri.update_sender says why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -29,10 +29,8 @@ from typing import Any, TypeVar
 from enforcer.decode import ContainerCreate, KubeletResources
 from enforcer.engine import Enforcer, KubeletRecord, Pinning
 from enforcer.nri.connection import (
-    OK,
     RESOURCE_EXHAUSTED,
     UNAVAILABLE,
-    ConnectionClosed,
     Handler,
     NriConnection,
     TtrpcError,
@@ -48,9 +46,10 @@ from enforcer.nri.events import PER_EVENT, per_event_handler, updated_pod
 from enforcer.nri.observe import Observer, counted, no_observer
 from enforcer.nri.protocol import Offer
 from enforcer.nri.runtime import NriRuntime
-from enforcer.nri.session import RUNTIME_SERVICE, plugin_method
+from enforcer.nri.session import plugin_method
 from enforcer.nri.status import refusal_error
 from enforcer.nri.sync_parts import SyncParts, SyncTooLarge
+from enforcer.nri.update_sender import UpdateSender
 from enforcer.nriapi import api_pb2
 from enforcer.refusal import Refusal
 from enforcer.worker import EngineWorker
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ANSWER_SECONDS = 1.5  # within containerd's 2 s per request
-UPDATE_TIMEOUT = 2.0
 # After a response carrying updates, the runtime applies them: their cgroups are read after.
 SETTLE_SECONDS = 0.5
 RECONCILE_RETRY_SECONDS = 5.0
@@ -96,10 +94,10 @@ class NriPlugin:
         self.connection: NriConnection | None = None
         self.synchronized = asyncio.Event()
         self.reconcile_failed: str | None = "no Synchronize from the runtime yet"
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._work = asyncio.Event()
+        self.sender = UpdateSender(
+            runtime, observe, lambda: self.worker.submit(self.enforcer.sweep)
+        )
+        self._work = self.sender.work
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
@@ -146,7 +144,7 @@ class NriPlugin:
             loop.call_soon_threadsafe(self._work.set)
 
         self.runtime.wake = wake
-        self._sender = asyncio.create_task(self._send_updates(connection))
+        self._sender = asyncio.create_task(self.sender.run(connection))
 
     async def disconnected(self, reason: str) -> None:
         self.connection = None
@@ -165,18 +163,7 @@ class NriPlugin:
 
     def _handler(self, fn: Callable[[bytes], Awaitable[bytes]]) -> Handler:
         """Counts the runtime's requests in flight: unsolicited updates wait for none."""
-
-        async def handle(payload: bytes) -> bytes:
-            self._busy += 1
-            self._idle.clear()
-            try:
-                return await fn(payload)
-            finally:
-                self._busy -= 1
-                if not self._busy:
-                    self._idle.set()
-
-        return handle
+        return self.sender.serving(fn)
 
     async def _in_time(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn on the worker; Late when it is not done in time (it still finishes)."""
@@ -199,46 +186,6 @@ class NriPlugin:
             self.worker.submit(self.enforcer.sweep)
 
         asyncio.get_running_loop().call_later(SETTLE_SECONDS, check)
-
-    async def _send_updates(self, connection: NriConnection) -> None:
-        """UpdateContainers for re-pins that no response took, sent after the runtime's
-        requests in flight are answered."""
-        while not connection.closed.is_set():
-            await self._work.wait()
-            self._work.clear()
-            await self._idle.wait()
-            updates = self.runtime.take_updates()
-            if not updates or connection.closed.is_set():
-                continue
-            request = api_pb2.UpdateContainersRequest(update=updates)
-            start = time.perf_counter()
-            try:
-                reply = api_pb2.UpdateContainersResponse.FromString(
-                    await connection.call(
-                        RUNTIME_SERVICE,
-                        "UpdateContainers",
-                        request.SerializeToString(),
-                        timeout=UPDATE_TIMEOUT,
-                    )
-                )
-            except ConnectionClosed:
-                self.observe("UpdateContainers", UNAVAILABLE, time.perf_counter() - start, "")
-                return
-            except TtrpcError as exc:
-                self.observe("UpdateContainers", exc.code, time.perf_counter() - start, "")
-                log.error("UpdateContainers of %d containers failed: %s", len(updates), exc)
-                reply = api_pb2.UpdateContainersResponse(failed=updates)
-            else:
-                self.observe("UpdateContainers", OK, time.perf_counter() - start, "")
-            for failed in reply.failed:
-                log.error(
-                    "the runtime did not re-pin container %s to cpus=%s (the periodic check "
-                    "retries)",
-                    failed.container_id,
-                    failed.linux.resources.cpu.cpus,
-                )
-            self.runtime.confirmed(u.container_id for u in updates)
-            self.worker.submit(self.enforcer.sweep)
 
     # -- the plugin service ------------------------------------------------------------------
 
