@@ -39,7 +39,8 @@ def test_services_as_in_v0_6_1_and_the_per_event_calls_of_v0_12() -> None:
         "Configure", "Synchronize", "Shutdown", "CreateContainer", "UpdateContainer",
         "StopContainer", "StateChange",
         "RunPodSandbox", "UpdatePodSandbox", "StopPodSandbox", "RemovePodSandbox",
-        "PostCreateContainer", "StartContainer", "RemoveContainer",
+        "PostCreateContainer", "StartContainer", "PostStartContainer", "PostUpdateContainer",
+        "RemoveContainer",
     ]  # fmt: skip
     for method in plugin.methods[7:]:
         assert method.input_type.name == f"{method.name}Request"

@@ -27,6 +27,8 @@ PER_EVENT: dict[str, tuple[type[Message], int]] = {
     "RemovePodSandbox": (api_pb2.RemovePodSandboxRequest, E.REMOVE_POD_SANDBOX),
     "PostCreateContainer": (api_pb2.PostCreateContainerRequest, E.POST_CREATE_CONTAINER),
     "StartContainer": (api_pb2.StartContainerRequest, E.START_CONTAINER),
+    "PostStartContainer": (api_pb2.PostStartContainerRequest, E.POST_START_CONTAINER),
+    "PostUpdateContainer": (api_pb2.PostUpdateContainerRequest, E.POST_UPDATE_CONTAINER),
     "RemoveContainer": (api_pb2.RemoveContainerRequest, E.REMOVE_CONTAINER),
 }
 EventSink = Callable[[api_pb2.StateChangeEvent], Awaitable[None]]

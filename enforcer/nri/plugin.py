@@ -316,6 +316,7 @@ class NriPlugin:
             self._syncs.pop(next(iter(self._syncs)))
         self._syncs[container.id] = self.worker.start_soon(self.enforcer.sync_state)
         self.runtime.pinned(container.id, pinning)
+        self.sender.opened(container.id)  # until PostCreateContainer
         updates = self.runtime.take_updates()
         self._settle(updates)
         self.worker.flush_soon()
@@ -370,12 +371,14 @@ class NriPlugin:
             cpu = own[0].linux.resources.cpu
             cpu.cpus, cpu.mems = pinning.cpus, pinning.mems
             self.runtime.pinned(container.id, pinning)
+        self.sender.opened(container.id)  # until PostUpdateContainer
         self._settle(updates)
         self.worker.flush_soon()
         return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
 
     async def stop_container(self, payload: bytes) -> bytes:
         request = api_pb2.StopContainerRequest.FromString(payload)
+        self.sender.closed(request.container.id)
         self.runtime.container_seen(request.pod, request.container, api_pb2.CONTAINER_STOPPED)
         try:
             await self._in_time(self.enforcer.container_gone, request.container.id, "stopped")
@@ -414,14 +417,22 @@ class NriPlugin:
         """A pod or container event, from StateChange or from its own call."""
         pod, container = event.pod, event.container
         work: Callable[[], object] | None = None
+        if event.event in (
+            E.POST_CREATE_CONTAINER,
+            E.POST_START_CONTAINER,
+            E.POST_UPDATE_CONTAINER,
+        ):
+            self.sender.closed(container.id)  # the second half of the runtime's call
         if event.event == E.POST_CREATE_CONTAINER:
             await self._durable(container.id)
         elif event.event == E.RUN_POD_SANDBOX:
             self.runtime.pod_seen(pod)
         elif event.event == E.START_CONTAINER:
+            self.sender.opened(container.id)  # until PostStartContainer
             self.runtime.container_seen(pod, container, api_pb2.CONTAINER_RUNNING)
             work = partial(self.enforcer.started, container.id)
         elif event.event == E.REMOVE_CONTAINER:
+            self.sender.closed(container.id)
             self._syncs.pop(container.id, None)
             self.runtime.container_removed(container.id)
             work = partial(self.enforcer.container_gone, container.id, "removed", removed=True)

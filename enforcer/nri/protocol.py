@@ -37,7 +37,11 @@ BASE_EVENTS = (
     # given once the decision is durable (fdatasync while containerd creates the container).
     E.POST_CREATE_CONTAINER,
     E.START_CONTAINER,
+    # The ends of a start and of an update: unsolicited updates wait for them
+    # (enforcer.nri.update_sender).
+    E.POST_START_CONTAINER,
     E.UPDATE_CONTAINER,
+    E.POST_UPDATE_CONTAINER,
     E.STOP_CONTAINER,
     E.REMOVE_CONTAINER,
 )

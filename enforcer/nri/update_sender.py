@@ -7,11 +7,16 @@ adaptation's, to call the plugins. A plugin's UpdateContainers takes them the ot
 good when a container start's PostStartContainer (its lock held, waiting for the adaptation's)
 meets an UpdateContainers (the adaptation's held, waiting for CRI-O's): every later CRI call
 that reaches NRI hangs (seen here under a burst of pods; cri-o#9835, containerd#13733 for
-containerd's form of it). The plugin cannot close that window, only keep out of it: updates go
-out when no request of the runtime is in flight at the plugin and none has come for
-``QUIET_SECONDS``, which the lifecycle events the plugin does not subscribe to (PostStart,
-PostUpdate) follow closely. Until then they wait; a response that can carry updates
-(CreateContainer, UpdateContainer, StopContainer, Synchronize) takes them first.
+containerd's form of it). The plugin cannot close that window, only keep out of it. Updates go
+out when no request of the runtime is in flight at the plugin, no container is between the two
+halves of a call the plugin has seen begin (CreateContainer answered, PostCreateContainer not
+yet; StartContainer, PostStartContainer not yet; UpdateContainer, PostUpdateContainer not yet:
+the runtime sends the second half on its own, with its lock), and none of that changed for
+``QUIET_SECONDS``. A half that never comes (a start that failed and was not stopped) holds
+nothing back longer than ``WINDOW_SECONDS``. Until then updates wait; a response that can
+carry updates (CreateContainer, UpdateContainer, StopContainer, Synchronize) takes them first.
+What stays open is a CRI call that reaches the runtime's NRI lock in the instant the plugin
+sends: only the runtime's fix closes that.
 """
 
 from __future__ import annotations
@@ -30,8 +35,11 @@ from enforcer.nriapi import api_pb2
 log = logging.getLogger(__name__)
 
 UPDATE_TIMEOUT = 2.0
-# How long the runtime must have sent nothing before an unsolicited update goes out.
-QUIET_SECONDS = 1.0
+# How long the runtime must have been quiet before an unsolicited update goes out.
+QUIET_SECONDS = 0.25
+# A call's second half that has not come by then is not waited for any more.
+WINDOW_SECONDS = 30.0
+MAX_WINDOWS = 4096  # bounded: a runtime that never sends the second halves cannot grow it
 
 
 class UpdateSender:
@@ -53,6 +61,7 @@ class UpdateSender:
         self._idle = asyncio.Event()
         self._idle.set()
         self._last_request = 0.0
+        self._open: dict[str, float] = {}  # container id -> when its call's first half ended
 
     def serving(
         self, fn: Callable[[bytes], Awaitable[bytes]]
@@ -73,11 +82,37 @@ class UpdateSender:
 
         return handle
 
+    def opened(self, container_id: str) -> None:
+        """The first half of a container's call was answered; the runtime sends the second."""
+        if len(self._open) >= MAX_WINDOWS:
+            self._open.pop(next(iter(self._open)))
+        self._open[container_id] = time.monotonic()
+
+    def closed(self, container_id: str) -> None:
+        """The second half came (or the container stopped or went)."""
+        self._open.pop(container_id, None)
+
+    def _waiting_for(self, now: float) -> float:
+        """Seconds until the runtime counts as quiet (0: it is)."""
+        for cid, since in list(self._open.items()):
+            if now - since > WINDOW_SECONDS:
+                log.warning(
+                    "container %s: the runtime did not finish its call in %gs; unsolicited "
+                    "updates wait for it no more",
+                    cid,
+                    WINDOW_SECONDS,
+                )
+                del self._open[cid]
+        if self._open:
+            return min(0.1, self.quiet_seconds)
+        return self._last_request + self.quiet_seconds - now
+
     async def quiet(self) -> None:
-        """Returns once no request is in flight and none came for ``quiet_seconds``."""
+        """Returns once no request is in flight, no call is half done and nothing of that
+        changed for ``quiet_seconds``."""
         while True:
             await self._idle.wait()
-            left = self._last_request + self.quiet_seconds - time.monotonic()
+            left = self._waiting_for(time.monotonic())
             if left <= 0 and self._idle.is_set():
                 return
             await asyncio.sleep(max(left, 0.01))

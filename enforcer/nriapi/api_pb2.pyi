@@ -188,6 +188,30 @@ class StartContainerResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class PostStartContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class PostStartContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PostUpdateContainerRequest(_message.Message):
+    __slots__ = ("pod", "container")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    pod: PodSandbox
+    container: Container
+    def __init__(self, pod: _Optional[_Union[PodSandbox, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class PostUpdateContainerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RemoveContainerRequest(_message.Message):
     __slots__ = ("pod", "container")
     POD_FIELD_NUMBER: _ClassVar[int]

@@ -109,3 +109,25 @@ def test_a_request_in_the_quiet_period_starts_it_again() -> None:
         await asyncio.wait_for(task, 30)
 
     asyncio.run(scenario())
+
+
+def test_a_container_between_start_and_post_start_holds_updates_back() -> None:
+    async def scenario() -> None:
+        runtime, connection = Runtime(), Connection()
+        sender = UpdateSender(runtime, lambda *a: None, lambda: None, QUIET)  # type: ignore[arg-type]
+        task = asyncio.create_task(sender.run(connection))  # type: ignore[arg-type]
+        sender.opened("starting")  # StartContainer answered: runc starts it, PostStart follows
+        runtime.queued.append(update("c"))
+        sender.work.set()
+        await asyncio.sleep(3 * QUIET)
+        assert connection.calls == []  # the runtime is between the two halves of the start
+        closed_at = time.monotonic()
+        sender.closed("starting")  # PostStartContainer came
+        await asyncio.wait_for(connection.arrived.wait(), 30)
+        assert [u.container_id for u in connection.calls[0][1].update] == ["c"]
+        assert connection.calls[0][0] >= closed_at
+        connection.closed.set()
+        sender.work.set()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(scenario())
