@@ -85,6 +85,8 @@ NRI_PLUGIN_METHODS = (
     "RemovePodSandbox",
     "PostCreateContainer",
     "StartContainer",
+    "PostStartContainer",
+    "PostUpdateContainer",
     "RemoveContainer",
 )
 NRI_SENT_METHODS = ("UpdateContainers",)

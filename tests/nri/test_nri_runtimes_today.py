@@ -74,6 +74,13 @@ def test_versions_events_and_pinning(
         )
         # Released by the removal (RemoveContainer / RemovePodSandbox, or their StateChange).
         assert cpus_of(second) == EXCLUSIVE
+        # kubelet's update of the container's own resources (UpdateContainer, then
+        # PostUpdateContainer): the pinning goes with it.
+        kubelet.update_container_resources(
+            second.container_id("app"),
+            {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024},
+        )
+        assert cpus_of(second) == EXCLUSIVE
         if runtime.release.name in PER_EVENT_RELEASES:
             # kubelet resizes the pod's pod-level resources in place: 2.4 tells the plugin.
             resize = cri.UpdatePodSandboxResourcesRequest(pod_sandbox_id=second.sandbox_id)

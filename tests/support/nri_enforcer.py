@@ -22,6 +22,8 @@ PER_EVENT_METHOD = {
     "REMOVE_POD_SANDBOX": "RemovePodSandbox",
     "POST_CREATE_CONTAINER": "PostCreateContainer",
     "START_CONTAINER": "StartContainer",
+    "POST_START_CONTAINER": "PostStartContainer",
+    "POST_UPDATE_CONTAINER": "PostUpdateContainer",
     "REMOVE_CONTAINER": "RemoveContainer",
 }
 
