@@ -32,8 +32,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster.bed import build
-from tests.support.cluster.layout import CNI_BIN_DIR
 from tests.support.slow import scaled
 from tests.support.vm import REPO, VM, say
 
@@ -144,6 +142,7 @@ class Background:
     outcome: Outcome = field(default_factory=Outcome)
     booted: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _watchdog: subprocess.Popen[bytes] | None = None
 
@@ -160,6 +159,10 @@ class Background:
             start = time.monotonic()
             shared: tuple[Path, ...] = ()
             try:  # cached by `make test` before pytest: only checked here
+                # Imported here: the VM's own session (tests/conftest.py) needs none of it.
+                from tests.support.cluster.bed import build
+                from tests.support.cluster.layout import CNI_BIN_DIR
+
                 out.bins = build()
                 shared = (out.bins["kubernetes"], Path(CNI_BIN_DIR))
             except Exception as e:  # the VM node's test fails with it; the subset still runs
@@ -167,6 +170,8 @@ class Background:
             out.vm = VM.up(self.run, shared, nice=True)
             say(f"background: image and boot took {time.monotonic() - start:.0f} s")
             self.booted.set()
+            if self.stopping.is_set():  # the session ended while it booted
+                raise VMBackgroundError("the session ended before the subset could run")
             start = time.monotonic()
             done = out.vm.exec(inside_command(), timeout=scaled(RUN_WAIT))
             out.output = done.stdout
@@ -210,20 +215,29 @@ class Background:
         return self.outcome.report, self.outcome.output
 
     def close(self) -> None:
-        """Stops the VM (a boot under way is killed: the booting thread then ends) and the
-        watchdog."""
-        if self.outcome.vm is not None:
-            self.outcome.vm.down()
-        else:
-            VM(self.run, self.run, 0).kill()
-        if self._thread is not None:
-            self._thread.join(timeout=scaled(BOOT_WAIT))
+        """Stops the VM without a clean poweroff (its disks are thrown away) and the watchdog.
+        A boot under way is killed, again and again until the booting thread ends (QEMU may
+        start after the first kill); a run under way ends with its VM."""
+        self.stopping.set()
+        deadline = time.monotonic() + scaled(BOOT_WAIT)
+        while True:
+            if self.outcome.vm is not None:
+                self.outcome.vm.down(poweroff=False)
+            else:
+                VM(self.run, self.run, 0).kill()
+            if self._thread is None or not self._thread.is_alive():
+                break
+            self._thread.join(timeout=2)
+            if time.monotonic() > deadline:
+                say(f"background: the VM's thread did not end; its folder {self.run} stays")
+                break
         if self.outcome.vm is not None:  # booted while being killed
-            self.outcome.vm.down()
+            self.outcome.vm.down(poweroff=False)
         if self._watchdog is not None:
             self._watchdog.kill()
             self._watchdog.wait()
-        shutil.rmtree(self.run, ignore_errors=True)
+        if self._thread is None or not self._thread.is_alive():
+            shutil.rmtree(self.run, ignore_errors=True)
 
 
 class VMBackgroundError(RuntimeError):
