@@ -175,7 +175,11 @@ class Background:
             start = time.monotonic()
             done = out.vm.exec(inside_command(), timeout=scaled(RUN_WAIT))
             out.output = done.stdout
-            say(f"background: the subset ran in the VM in {time.monotonic() - start:.0f} s")
+            took = time.monotonic() - start
+            say(
+                f"background: the subset's run in the VM ended (exit {done.returncode}) "
+                f"in {took:.0f} s"
+            )
             out.report = out.vm.read(REPORT)
         except Exception as e:  # any failure is the tests' to report, with its log
             out.error = f"{e}\n{traceback.format_exc()}"
