@@ -24,6 +24,7 @@ that has NRI.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from enforcer.topology import Topology
 from tests.support.containerd import ContainerdError, PrivateContainerd, containerd_available
 from tests.support.runtimes import RELEASES, NriContainerd, private_runtime
 from tests.support.snapshots import extract_snapshots
+from tests.support.vm_background import BACKGROUND, Background
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -42,6 +44,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         names = getattr(item, "fixturenames", ())
         if any(n.startswith(("containerd", "crio")) for n in names):
             item.add_marker(pytest.mark.containerd)
+    # tests/vm last: the VM boots and runs its subset in the background meanwhile (below).
+    items.sort(key=lambda item: item.get_closest_marker("vm") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With a tests/vm test selected, the VM's boot and in-VM run start now, in the background
+    (tests.support.vm_background), and tests/vm's fixtures wait for them. Not in the VM's own
+    session (``KRE_IN_VM``)."""
+    config = session.config
+    if (
+        config.option.collectonly
+        or os.environ.get("KRE_IN_VM")
+        or not any(i.get_closest_marker("vm") for i in session.items)
+    ):
+        return
+    background = Background()
+    config.stash[BACKGROUND] = background
+    config.add_cleanup(background.close)
+    background.start()
 
 
 @pytest.fixture(scope="session")

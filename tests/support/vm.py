@@ -64,9 +64,12 @@ def default_folder() -> Path:
     return Path(os.environ.get("KRE_VM", REPO / ".vm"))
 
 
-def qemu_command(image: Path, run: Path, port: int, extra: tuple[Path, ...] = ()) -> list[str]:
+def qemu_command(
+    image: Path, run: Path, port: int, extra: tuple[Path, ...] = (), *, nice: bool = False
+) -> list[str]:
     """The QEMU command line that boots ``image`` (a build.sh folder) with its state in ``run``
-    (``extra``: more folders shared read-only, as ``shares`` says)."""
+    (``extra``: more folders shared read-only, as ``shares`` says); with ``nice``, at the lowest
+    CPU priority (nice 19): it then takes only the CPU time the host's own work leaves idle."""
     cpus = SOCKETS * CORES * THREADS
     per_node = cpus // SOCKETS
     numa: list[str] = []
@@ -87,6 +90,7 @@ def qemu_command(image: Path, run: Path, port: int, extra: tuple[Path, ...] = ()
         "cgroup_no_v1=all net.ifnames=1 quiet"
     )
     return [
+        *(["nice", "-n", "19"] if nice else []),
         "qemu-system-x86_64",
         "-accel", "tcg,thread=multi", "-cpu", CPU_MODEL,
         "-smp", f"{cpus},sockets={SOCKETS},cores={CORES},threads={THREADS}",
@@ -101,6 +105,19 @@ def qemu_command(image: Path, run: Path, port: int, extra: tuple[Path, ...] = ()
         "-display", "none", "-serial", f"file:{run / 'console.log'}",
         "-pidfile", str(run / "qemu.pid"), "-daemonize",
     ]  # fmt: skip
+
+
+def qemu_of(pid: int, run: Path) -> bool:
+    """Whether process ``pid`` is a QEMU booted with its state in ``run`` (a pid file may outlive
+    its process and the pid be reused)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        any(a.endswith(b"qemu-system-x86_64") for a in argv)
+        and str(run / "qemu.pid").encode() in argv
+    )
 
 
 def _free_port() -> int:
@@ -179,19 +196,23 @@ class VM:
             return False
 
     def pid(self) -> int | None:
+        """The running QEMU's pid; None when there is none (a zombie, killed but not yet reaped,
+        e.g. where no init reaps orphans, counts as gone)."""
         try:
             pid = int((self.run / "qemu.pid").read_text().strip())
-            os.kill(pid, 0)
-            return pid
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except (OSError, ValueError):
             return None
+        return None if stat.rpartition(")")[2].split()[0] == "Z" else pid
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
-    def up(cls, run: Path | None = None, extra_shares: tuple[Path, ...] = ()) -> VM:
+    def up(
+        cls, run: Path | None = None, extra_shares: tuple[Path, ...] = (), *, nice: bool = False
+    ) -> VM:
         """Builds the image when it is not cached, boots it and waits until ssh answers and the
         checkout (and ``extra_shares``) is mounted. A VM already running from ``run`` is
-        reused."""
+        reused. ``nice``: QEMU (and the image build) at the lowest CPU priority."""
         folder = run or default_folder()
         if (folder / "vm.json").exists():
             vm = cls.attach(folder)
@@ -202,7 +223,9 @@ class VM:
         for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
             if shutil.which(tool) is None:
                 raise VMError(f"{tool} is missing; .ci/system-deps.sh installs it (as root)")
-        built = subprocess.run([str(BUILD)], capture_output=True, text=True)
+        built = subprocess.run(
+            [*(["nice", "-n", "19"] if nice else []), str(BUILD)], capture_output=True, text=True
+        )
         if built.returncode != 0:
             raise VMError(f"{BUILD} failed: {built.stderr.strip()[-3000:]}")
         image = Path(built.stdout.strip().splitlines()[-1])
@@ -220,7 +243,9 @@ class VM:
         (folder / "console.log").unlink(missing_ok=True)
         start = time.monotonic()
         booted = subprocess.run(
-            qemu_command(image, folder, vm.port, extra_shares), capture_output=True, text=True
+            qemu_command(image, folder, vm.port, extra_shares, nice=nice),
+            capture_output=True,
+            text=True,
         )
         if booted.returncode != 0:
             raise VMError(f"qemu did not start: {booted.stderr.strip()}")
@@ -242,6 +267,20 @@ class VM:
             )
         say(f"up in {time.monotonic() - start:.0f} s (ssh port {vm.port}, checkout at {REPO})")
         return vm
+
+    def kill(self) -> None:
+        """Kills a QEMU left running in the run folder (a session killed before its end),
+        without the clean poweroff (its disks are thrown away): only a process whose command
+        line names this run folder."""
+        pid = self.pid()
+        if pid is not None and qemu_of(pid, self.run):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while self.pid() is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        for name in ("root.qcow2", "scratch.qcow2", "vm.json", "qemu.pid"):
+            (self.run / name).unlink(missing_ok=True)
 
     def down(self, *, poweroff: bool = True) -> None:
         """Stops QEMU (a clean poweroff first, unless ``poweroff`` is false: the overlay disk

@@ -12,6 +12,10 @@ from the checkout's virtual environment with the admin's kubeconfig (not the Dae
 is no image in the VM), ``dra.enabled`` in its configuration. kubelet and the CNI plugins are
 shared from the host by 9p at their own paths; the pause and busybox images are copied in and
 imported with ctr. ``down()`` stops the VM and the control plane; only ``logs/`` stays.
+
+Given a booted VM (the session's, tests.support.vm_background, booted with kubelet's and the CNI
+plugins' folders shared), the node is made in it instead of booting one of its own, and
+``down()`` leaves that VM running for its owner.
 """
 
 from __future__ import annotations
@@ -76,11 +80,12 @@ class VMNode:
     """The control plane in ``root`` on the host, the node in the VM (its run folder
     ``root/vm``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, vm: VM | None = None) -> None:
         self.cluster = Cluster("nri", root, ports=PORTS)
         self.lay = self.cluster.lay
         self.kubectl = self.cluster.kubectl
-        self.vm: VM | None = None
+        self.vm: VM | None = vm
+        self.owns_vm = vm is None
         self.timings: dict[str, float] = {}
 
     def _step(self, name: str, started: float) -> None:
@@ -117,8 +122,13 @@ class VMNode:
         self._step("control plane on the host", t)
 
         t = time.monotonic()
-        self.vm = VM.up(lay.root / "vm", extra_shares=(bins["kubernetes"], Path(CNI_BIN_DIR)))
-        self._step("VM booted", t)
+        if self.vm is None:
+            self.vm = VM.up(lay.root / "vm", extra_shares=(bins["kubernetes"], Path(CNI_BIN_DIR)))
+            self._step("VM booted", t)
+        else:  # the session's VM: booted with the node's programs shared in
+            missing = self.guest(f"test -x {bins['kubernetes'] / 'kubelet'} || echo missing")
+            if missing.strip():
+                raise ClusterError(f"the given VM does not share {bins['kubernetes']}")
 
         self.start_node()
 
@@ -288,6 +298,15 @@ class VMNode:
             VM.attach(self.lay.root / "vm") if (self.lay.root / "vm" / "vm.json").exists() else None
         )
         if vm is not None and vm.pid() is not None:
+            if not self.owns_vm:  # the node's programs go, the VM stays for its owner
+                with contextlib.suppress(Exception):
+                    files = " ".join(
+                        str(GUEST.pid_file(n)) for n in ("kubelet", "enforcer", "containerd")
+                    )
+                    self.guest(
+                        f'for p in {files}; do test -f "$p" && kill "$(cat "$p")"; done; true',
+                        timeout=120,
+                    )
             with contextlib.suppress(Exception):  # the logs, over one connection
                 self.lay.logs.mkdir(parents=True, exist_ok=True)
                 logs = subprocess.run(
@@ -299,7 +318,8 @@ class VMNode:
                         if found is not None:
                             name = Path(member.name).name
                             (self.lay.logs / f"vm-{name}").write_bytes(found.read())
-            vm.down(poweroff=False)  # its disk is a throwaway overlay: no need to wait
+            if self.owns_vm:
+                vm.down(poweroff=False)  # its disk is a throwaway overlay: no need to wait
         for name in CONTROL_PLANE:
             procs.stop(self.lay, name)
         if self.lay.root.exists():

@@ -1,27 +1,28 @@
-"""The cgroup v2 VM, booted once for tests/vm (tests.support.vm; image built and cached by
-tests/beds/vm/build.sh). A VM that cannot be built or booted fails the tests that need it, never
-skips them: leave them out with ``pytest -m "not vm"``."""
+"""The cgroup v2 VM for tests/vm: booted, and the end-to-end subset run in it, in the background
+from the session's start (tests.support.vm_background, started by tests/conftest.py); the
+fixtures wait for it. The VM node of test_vm_dra.py is made in the same VM once the subset has
+run (one boot per session). A VM that cannot be built or booted, or a run that dies, fails the tests
+that need it with its log, never skips them: leave them out with ``pytest -m "not vm"``."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from tests.support.vm import VM, VMError, say
+from tests.support.vm import VM
+from tests.support.vm_background import BACKGROUND, Background, VMBackgroundError
 
 
 @pytest.fixture(scope="session")
-def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VM]:
-    start = time.monotonic()
+def background(request: pytest.FixtureRequest) -> Background:
+    found = request.config.stash.get(BACKGROUND, None)
+    if found is None:
+        pytest.fail("the VM's background run was not started (tests/conftest.py)", pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def vm(background: Background) -> VM:
     try:
-        booted = VM.up(Path(tmp_path_factory.mktemp("vm")))
-    except VMError as e:
+        return background.wait_booted()
+    except VMBackgroundError as e:
         pytest.fail(f"the cgroup v2 VM is needed: {e}", pytrace=False)
-    say(f"tests/vm: image and boot took {time.monotonic() - start:.0f} s")
-    try:
-        yield booted
-    finally:
-        booted.down()

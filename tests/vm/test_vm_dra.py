@@ -25,6 +25,7 @@ from tests.support.cluster import workloads as w
 from tests.support.cluster.layout import REPO
 from tests.support.slow import scaled
 from tests.support.vm import say
+from tests.support.vm_background import Background, VMBackgroundError
 from tests.support.vmnode import VMNode
 
 pytestmark = pytest.mark.vm
@@ -45,14 +46,24 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VMNode]:
-    """A node of its own, or the one left up in ``$KRE_VM_NODE`` (``python -m
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VMNode]:
+    """The node made in the session's VM once the in-VM subset has run there (one boot per
+    session: tests.support.vm_background), or the one left up in ``$KRE_VM_NODE`` (``python -m
     tests.support.vmnode up DIR``), which stays up."""
     given = os.environ.get("KRE_VM_NODE")
-    vmnode = (
-        VMNode.attach(Path(given)) if given else VMNode(Path(tmp_path_factory.mktemp("vm-node")))
-    )
-    if not given:
+    if given:
+        vmnode = VMNode.attach(Path(given))
+    else:
+        background: Background = request.getfixturevalue("background")
+        try:
+            vm = background.wait_finished()
+        except VMBackgroundError as e:
+            pytest.fail(f"the cgroup v2 VM is needed: {e}", pytrace=False)
+        if background.outcome.bins_error:
+            pytest.fail(background.outcome.bins_error, pytrace=False)
+        vmnode = VMNode(Path(tmp_path_factory.mktemp("vm-node")), vm)
         try:
             vmnode.up()
         except Exception as e:

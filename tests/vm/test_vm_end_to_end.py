@@ -8,7 +8,8 @@ tree). With them, tests/vm/inside/ (VM only): the block-I/O controller on the VM
 ``io.max`` and ``io.bfq.weight`` with BFQ on the second virtio disk.
 
 The modules run in one pytest session in the VM (one interpreter start and one containerd for
-all: Python starts some 50 times slower under QEMU's software emulation), with
+all: Python starts some 50 times slower under QEMU's software emulation), started in the
+background at the host session's start (tests.support.vm_background, which holds the subset), with
 ``KRE_TIMEOUT_SCALE`` stretching their deadlines; each module is then checked here from the
 JUnit report: every selected case ran and passed (a skip counts as a failure: the VM has every
 real component).
@@ -16,43 +17,14 @@ real component).
 
 from __future__ import annotations
 
-import shlex
-import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 import pytest
 
-from tests.support.vm import REPO, VM, say
+from tests.support.vm_background import INSIDE, RUNTIME, SUBSET, Background, VMBackgroundError
 
 pytestmark = pytest.mark.vm
-
-# module -> the cases of it that run in the VM, each on the VM's containerd 2.4 (RUNTIME). Chosen
-# for what a cgroup v2 node changes and kept few: every Python start (the enforcer, its CLI) costs
-# about a minute under emulation.
-SUBSET: dict[str, tuple[str, ...]] = {
-    "tests/e2e/test_enforcer_static.py": (
-        "test_exclusive_cpu_and_shared_pool_follow_each_other",  # placement, release, widening
-        "test_kubelets_update_keeps_the_pinning",  # kubelet's update; memory.max
-        "test_containerd_restart_under_the_relay",  # restart
-        "test_a_container_gone_behind_the_relays_back_is_released_on_relisting",  # reconcile
-        "test_a_cpuset_changed_behind_the_enforcers_back_is_repaired",  # drift on v2 repaired
-    ),
-    "tests/e2e/test_enforcer_topology_aware.py": (
-        "test_exclusive_and_shared_with_memory_pinned",  # 2 NUMA nodes: pools and memory
-    ),
-    "tests/e2e/test_enforcer_classes.py": ("test_blockio_class_writes_the_real_disks_throttles",),
-    "tests/nri/test_nri_static.py": (
-        "test_exclusive_cpu_and_shared_pool_follow_each_other",
-        "test_kubelets_update_keeps_the_pinning_and_a_resize_that_does_not_fit_is_refused",
-    ),
-    "tests/nri/test_nri_classes.py": ("test_blockio_class_writes_the_real_disks_throttles",),
-}
-# Modules that exist for the VM only (tests/vm/inside: not collected on cgroup v1), all cases.
-INSIDE = ("tests/vm/inside/test_blockio_v2.py", "tests/vm/inside/test_memory_qos_v2.py")
-RUNTIME = "containerd2.4"
-TIMEOUT_SCALE = 10
-REPORT = "/tmp/kre-vm-junit.xml"
 
 
 @dataclass(frozen=True)
@@ -61,11 +33,6 @@ class Case:
     name: str
     outcome: str  # passed | failed | error | skipped
     detail: str
-
-
-def _node_ids() -> list[str]:
-    cases = [f"{m}::{name}[{RUNTIME}]" for m, names in SUBSET.items() for name in names]
-    return cases + list(INSIDE)
 
 
 def _cases(report: str) -> list[Case]:
@@ -84,21 +51,14 @@ def _cases(report: str) -> list[Case]:
 
 
 @pytest.fixture(scope="module")
-def inside(vm: VM) -> tuple[list[Case], str]:
-    """Runs the subset in the VM once; its cases and the run's output."""
-    command = (
-        f"cd {shlex.quote(str(REPO))} && CI=true KRE_TIMEOUT_SCALE={TIMEOUT_SCALE} "
-        "PYTHONDONTWRITEBYTECODE=1 .venv/bin/pytest -p no:cacheprovider -q -rfE "
-        f"--junitxml={REPORT} {' '.join(shlex.quote(n) for n in _node_ids())} 2>&1"
-    )
-    start = time.monotonic()
-    done = vm.exec(command, timeout=3600)
-    say(f"tests/vm: the subset ran in the VM in {time.monotonic() - start:.0f} s")
+def inside(background: Background) -> tuple[list[Case], str]:
+    """The subset's run in the VM (started in the background at the session's start: waited
+    for here); its cases and the run's output."""
     try:
-        report = vm.read(REPORT)
-    except Exception as e:  # the run died before writing it: show why
-        pytest.fail(f"no JUnit report from the VM ({e}); its output:\n{done.stdout[-6000:]}")
-    return _cases(report), done.stdout
+        report, output = background.wait_report()
+    except VMBackgroundError as e:  # the run died before writing its report: show why
+        pytest.fail(str(e), pytrace=False)
+    return _cases(report), output
 
 
 @pytest.mark.parametrize("module", sorted([*SUBSET, *INSIDE]))
