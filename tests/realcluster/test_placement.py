@@ -3,7 +3,7 @@ CRI relay): the static policy with CPU 0 reserved on this 2-CPU machine. A Guara
 gets CPU 1 to itself, a Burstable pod runs on the shared pool without it, deleting the first
 widens the shared pool again; `plan` on the same manifests predicts what the node did. Truth is
 read from the cgroup files under kubelet's pod cgroups and from the runtime's container specs.
-On containerd 2.x and on CRI-O (the ``crio-nri`` and ``crio-relay`` clusters).
+On containerd 2.x and on CRI-O (the ``crio-nri`` cluster).
 """
 
 from __future__ import annotations
