@@ -86,7 +86,7 @@ cluster-up: system-deps install
 	$(BIN)/python -m tests.support.cluster up --mode $(MODE) --runtime $(RUNTIME)
 
 cluster-down: install
-	$(BIN)/python -m tests.support.cluster down
+	$(BIN)/python -m tests.support.cluster down --runtime $(RUNTIME)
 
 cluster-demo: system-deps install
 	$(BIN)/python -m tests.support.cluster demo --mode $(MODE) --runtime $(RUNTIME)

@@ -192,3 +192,32 @@ def test_the_vm_nodes_control_plane_and_kubelet_stay_apart_from_the_hosts(tmp_pa
     assert cfg["cgroupDriver"] == "cgroupfs"
     plugins = json.loads(configs.cni_conflist(vmnode.GUEST, portmap=False))["plugins"]
     assert [p["type"] for p in plugins] == ["bridge"]
+
+
+def test_on_crio_the_relay_reaches_crios_socket_and_crio_keeps_to_the_beds_folder(
+    tmp_path: Path,
+) -> None:
+    from tests.support.cluster import runtime
+
+    lay = Layout(tmp_path, runtime="crio")
+    ds = rendered_daemonset("relay")
+    ops = {op["path"].rsplit("/", 1)[-1]: op["value"] for op in deploy.enforcer_patch(ds, lay)}
+    (socket_arg,) = [a for a in ops["args"] if a.startswith("--runtime-socket=")]
+    assert socket_arg == f"--runtime-socket={tmp_path}/crio/crio.sock"
+    mounted = {m["mountPath"] for m in ops["volumeMounts"]}
+    assert str(lay.runtime_dir) in mounted  # the socket's folder is in the pod, same path
+    argv, _ = runtime._crio(lay, "native")
+    conf = (lay.runtime_dir / "crio.conf").read_text()
+    assert argv[argv.index("--config") + 1] == str(lay.runtime_dir / "crio.conf")
+    for key, value in (
+        ("listen", lay.runtime_socket),
+        ("nri_listen", lay.nri_socket),
+        ("network_dir", lay.cni_conf),
+        ("root", lay.runtime_dir / "root"),
+    ):
+        assert f'\n{key} = "{value}"\n' in conf, key
+    assert 'cgroup_manager = "cgroupfs"' in conf  # as kubelet's cgroupDriver
+    assert f'cdi_spec_dirs = ["{lay.cdi_dir}"]' in conf
+    # Nothing of CRI-O's points outside the bed's folder but its programs and the CNI plugins.
+    for path in re.findall(r'"(/[^"]*)"', conf):
+        assert path.startswith((str(tmp_path), "/usr/")) or "/crio-" in path, path

@@ -122,7 +122,7 @@ def enforcer_task_pid(cluster: Cluster) -> int:
     out = subprocess.run(
         [
             str(cluster.bins["containerd"] / "ctr"),
-            f"--address={cluster.lay.containerd_socket}",
+            f"--address={cluster.lay.runtime_socket}",
             "--namespace=k8s.io",
             "tasks",
             "ls",

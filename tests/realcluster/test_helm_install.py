@@ -99,7 +99,7 @@ def test_a_guaranteed_pod_gets_its_exclusive_cpu(charted: Cluster) -> None:
         assert "resource-enforcer.dev/resources" in stored["metadata"]["annotations"]
     (c,) = truth.containers_of(charted.kubectl, NS, "exclusive")
     assert c.qos == "Guaranteed" and CPUSet.parse(c.cpus) == ALL - RESERVED
-    spec_cpus = truth.runtime_cpus(charted.lay, charted.bins["containerd"] / "ctr", c.container_id)
+    spec_cpus = truth.runtime_cpus(charted.lay, c.container_id)
     assert CPUSet.parse(spec_cpus) == ALL - RESERVED
     (s,) = truth.containers_of(charted.kubectl, NS, "shared")
     assert CPUSet.parse(s.cpus) == RESERVED

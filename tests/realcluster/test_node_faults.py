@@ -72,7 +72,7 @@ def node(cluster: Cluster) -> Iterator[Cluster]:
 
 def test_runtime_restarted(node: Cluster) -> None:
     before = container_ids(node, NS, [])
-    faults.restart_containerd(node)
+    faults.restart_runtime(node)
     node.wait_node_ready(180)
     # The pods ran on through the restart, where they were.
     assert container_ids(node, NS, []) == before

@@ -2,7 +2,8 @@
 CRI relay): the static policy with CPU 0 reserved on this 2-CPU machine. A Guaranteed 1-CPU pod
 gets CPU 1 to itself, a Burstable pod runs on the shared pool without it, deleting the first
 widens the shared pool again; `plan` on the same manifests predicts what the node did. Truth is
-read from the cgroup files under kubelet's pod cgroups and from containerd's container specs.
+read from the cgroup files under kubelet's pod cgroups and from the runtime's container specs.
+On containerd 2.x and on CRI-O (the ``crio-nri`` cluster).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from tests.support.cluster import truth
 from tests.support.cluster import workloads as w
 from tests.support.cluster.bed import Cluster
 from tests.support.cluster.layout import CGROUP_ROOT
+
+# The one module that also runs on CRI-O's cluster (`make cluster-up RUNTIME=crio`).
+pytestmark = pytest.mark.crio_cluster
 
 NS = "placement"
 ALL = CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
@@ -61,8 +65,8 @@ def test_guaranteed_pod_gets_an_exclusive_cpu(placed: Cluster) -> None:
     (c,) = truth.containers_of(placed.kubectl, NS, "exclusive")
     assert c.qos == "Guaranteed" and c.cgroup.startswith(f"{CGROUP_ROOT}/kubepods/pod")
     assert CPUSet.parse(c.cpus) == ALL - RESERVED
-    # containerd holds the same pinning in the container's spec (what a restart re-applies).
-    spec_cpus = truth.runtime_cpus(placed.lay, placed.bins["containerd"] / "ctr", c.container_id)
+    # The runtime holds the same pinning in the container's spec (what a restart re-applies).
+    spec_cpus = truth.runtime_cpus(placed.lay, c.container_id)
     assert CPUSet.parse(spec_cpus) == ALL - RESERVED
 
 

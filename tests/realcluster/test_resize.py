@@ -79,10 +79,9 @@ def test_resize_moves_a_guaranteed_pod_between_exclusive_and_shared(node: Cluste
     (c,) = truth.containers_of(node.kubectl, NS, "grows")
     assert c.container_id == before.container_id  # resized in place, not restarted
     assert truth.cpu_quota(c.cgroup) == 50000  # kubelet's new limit reached the cgroup
-    ctr = node.bins["containerd"] / "ctr"
     w.wait_for(
         "containerd's spec to carry the shared pool",
-        lambda: CPUSet.parse(truth.runtime_cpus(node.lay, ctr, c.container_id)) == ALL,
+        lambda: CPUSet.parse(truth.runtime_cpus(node.lay, c.container_id)) == ALL,
         60,
     )
 

@@ -23,13 +23,11 @@ import pytest
 
 from tests.support import images
 from tests.support.containerd import ContainerdError
-from tests.support.containerd_config import toml_str
+from tests.support.crio_config import CONMON, crio_argv, crio_conf, crio_env, write_support_files
 from tests.support.host_cleanup import pids
 from tests.support.registry import LocalRegistry, registry_available
 from tests.support.runtimes import NriContainerd
 
-CONMON = "/usr/bin/conmon"
-RUNC_WRAPPER = Path(__file__).with_name("crio_runc.py")
 CRIO = "crio1.34"  # its test id in the matrix
 INSTALLER = "tests/beds/runtimes/crio.sh"
 
@@ -101,114 +99,31 @@ class PrivateCrio(NriContainerd):
         return crio_available()
 
     def daemon_command(self) -> list[str]:
-        return [
-            self.binary("crio"),
-            "--config",
-            str(self.config_path),
-            "--config-dir",
-            str(self.workdir / "crio.conf.d"),
-            "--log-level",
-            self.log_level,
-            # CRI-O's own flags: it reads neither CONTAINERS_REGISTRIES_CONF nor /etc's file
-            # with them given (its pulls, the OCI-artifact probe first, use its SystemContext).
-            "--registries-conf",
-            str(self.workdir / "registries.conf"),
-            "--registries-conf-dir",
-            str(self.workdir / "registries.conf.d"),
-        ]
+        return crio_argv(Path(self.binary("crio")), self.workdir, self.log_level)
 
     def daemon_env(self) -> dict[str, str] | None:
-        return dict(
-            os.environ,
-            CONTAINERS_STORAGE_CONF=str(self.workdir / "storage.conf"),
-            CONTAINERS_REGISTRIES_CONF=str(self.workdir / "registries.conf"),
-        )
+        return crio_env(self.workdir, dict(os.environ))
 
     def render(self) -> str:
-        w, q = self.workdir, toml_str
-        for d in (
-            "crio.conf.d",
-            "registries.conf.d",
-            "nri/plugins",
-            "nri/conf.d",
-            "exits",
-            "attach",
-            "ns",
-            "logs",
-        ):
-            (w / d).mkdir(parents=True, exist_ok=True)
+        w = self.workdir
         driver = "overlay" if self.snapshotter == "overlayfs" else "vfs"
-        (w / "storage.conf").write_text(
-            f'[storage]\ndriver = "{driver}"\nrunroot = {q(str(w / "state"))}\n'
-            f"graphroot = {q(str(w / 'root'))}\n"
-        )
-        (w / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
+        wrapper = write_support_files(w, driver, self.runc_binary)
         if not self.registry.port:
             self.registry.start()
         self.registry.registries_conf(w / "registries.conf")
-        pinns = str(self.bin_dir / "pinns") if self.bin_dir else "pinns"
-        # runc behind a wrapper that does what containerd's restrict_oom_score_adj does.
-        wrapper = w / "runc-restricted"
-        wrapper.write_text(
-            f'#!/bin/sh\nexec /usr/bin/python3 -I {RUNC_WRAPPER} {self.runc_binary} "$@"\n'
+        return crio_conf(
+            w,
+            socket=Path(self.socket),
+            nri_socket=Path(self.nri_socket),
+            driver=driver,
+            pinns=str(self.bin_dir / "pinns") if self.bin_dir else "pinns",
+            runc_wrapper=wrapper,
+            pause_image=images.PAUSE_IMAGE,
+            cni_conf=w / "cni" / "net.d",
+            cni_bins=[w / "cni" / "bin"],
+            cdi_dir=w / "cdi",
+            header="Written by tests.support.crio: a private CRI-O for tests.",
         )
-        wrapper.chmod(0o755)
-        return f"""\
-# Written by tests.support.crio: a private CRI-O for tests.
-[crio]
-root = {q(str(w / "root"))}
-runroot = {q(str(w / "state"))}
-storage_driver = {q(driver)}
-log_dir = {q(str(w / "logs"))}
-version_file = {q(str(w / "state" / "version"))}
-version_file_persist = {q(str(w / "root" / "version"))}
-clean_shutdown_file = {q(str(w / "root" / "clean.shutdown"))}
-
-[crio.api]
-listen = {q(self.socket)}
-stream_address = "127.0.0.1"
-stream_port = "0"
-
-[crio.runtime]
-default_runtime = "runc"
-cgroup_manager = "cgroupfs"
-conmon_cgroup = "pod"
-pinns_path = {q(pinns)}
-namespaces_dir = {q(str(w / "ns"))}
-container_exits_dir = {q(str(w / "exits"))}
-container_attach_socket_dir = {q(str(w / "attach"))}
-hooks_dir = []
-selinux = false
-apparmor_profile = ""
-irqbalance_config_file = {q(str(w / "irqbalance"))}
-cdi_spec_dirs = [{q(str(w / "cdi"))}]
-
-[crio.runtime.runtimes.runc]
-runtime_path = {q(str(wrapper))}
-runtime_type = "oci"
-runtime_root = {q(str(w / "runc"))}
-monitor_path = {q(CONMON)}
-monitor_cgroup = "pod"
-
-[crio.image]
-pause_image = {q(images.PAUSE_IMAGE)}
-signature_policy = {q(str(w / "policy.json"))}
-
-[crio.network]
-network_dir = {q(str(w / "cni" / "net.d"))}
-plugin_dirs = [{q(str(w / "cni" / "bin"))}]
-
-[crio.nri]
-enable_nri = true
-nri_listen = {q(self.nri_socket)}
-nri_plugin_dir = {q(str(w / "nri" / "plugins"))}
-nri_plugin_config_dir = {q(str(w / "nri" / "conf.d"))}
-nri_plugin_registration_timeout = "5s"
-nri_plugin_request_timeout = "2s"
-
-[crio.metrics]
-enable_metrics = false
-"""
 
     def _import_images(self) -> None:
         """Push the busybox and pause images to the registry, then pull them over CRI."""

@@ -7,6 +7,11 @@ for a Guaranteed container, CRI-O's own -998 for a sandbox's pause container. Pr
 CRI-O this file as its runc (``runtime_path``): on ``create`` and ``run`` it raises the bundle's
 ``process.oomScoreAdj`` to its own score, as containerd does, then runs the real runc with the
 same arguments. Run as ``python3 crio_runc.py REAL_RUNC ARGS...``, through a two-line script.
+
+It also does what containerd's ``tolerate_missing_hugetlb_controller`` does: kubelet asks for a
+hugetlb limit per page size, and runc fails ("cannot set hugetlb limit: container could not
+join or create cgroup") where the host mounts no hugetlb controller, as this one does not; the
+limits are dropped from the spec then.
 """
 
 from __future__ import annotations
@@ -28,18 +33,36 @@ def bundle_of(args: list[str]) -> str | None:
     return os.getcwd()
 
 
-def restrict(config_path: str, floor: int) -> bool:
-    """Raise the spec's process.oomScoreAdj to ``floor``; True when the file was changed."""
+def hugetlb_controller(cgroupfs: str = "/sys/fs/cgroup") -> bool:
+    """Whether the host has a hugetlb controller (a v1 hierarchy, or v2's controllers list)."""
+    if os.path.isdir(os.path.join(cgroupfs, "hugetlb")):
+        return True
+    try:
+        with open(os.path.join(cgroupfs, "cgroup.controllers")) as f:
+            return "hugetlb" in f.read().split()
+    except OSError:
+        return False
+
+
+def restrict(config_path: str, floor: int, hugetlb: bool = True) -> bool:
+    """Raise the spec's process.oomScoreAdj to ``floor``, and without a ``hugetlb``
+    controller drop its hugetlb limits; True when the file was changed."""
     with open(config_path) as f:
         spec = json.load(f)
+    changed = False
     process = spec.get("process") or {}
     score = process.get("oomScoreAdj")
-    if not isinstance(score, int) or score >= floor:
-        return False
-    process["oomScoreAdj"] = floor
-    with open(config_path, "w") as f:
-        json.dump(spec, f)
-    return True
+    if isinstance(score, int) and score < floor:
+        process["oomScoreAdj"] = floor
+        changed = True
+    resources = (spec.get("linux") or {}).get("resources") or {}
+    if not hugetlb and resources.get("hugepageLimits"):
+        del resources["hugepageLimits"]
+        changed = True
+    if changed:
+        with open(config_path, "w") as f:
+            json.dump(spec, f)
+    return changed
 
 
 def main(argv: list[str]) -> None:
@@ -48,7 +71,7 @@ def main(argv: list[str]) -> None:
     if bundle is not None and os.path.exists(os.path.join(bundle, "config.json")):
         with open("/proc/self/oom_score_adj") as f:
             floor = int(f.read())
-        restrict(os.path.join(bundle, "config.json"), floor)
+        restrict(os.path.join(bundle, "config.json"), floor, hugetlb_controller())
     os.execv(runc, [runc, *args])
 
 

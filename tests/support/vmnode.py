@@ -180,7 +180,7 @@ class VMNode:
                 server, g.pki / "ca.crt", g.pki / f"{cert}.crt", g.pki / f"{cert}.key", name
             )
             files[str(g.config / f"{name}.kubeconfig")] = (text.encode(), 0o600)
-        endpoint = f"unix://{g.containerd_socket}"
+        endpoint = f"unix://{g.runtime_socket}"
         for path, text in (
             (g.config / "kubelet.yaml", configs.kubelet_config(g, endpoint, cgroup_v1=False)),
             (g.config / "containerd.toml", configs.containerd_config(g, "overlayfs")),
@@ -192,7 +192,7 @@ class VMNode:
         # What a node's systemd slice and runc would have: the controllers on for the pods'
         # cgroup root (systemd enables only memory and pids at the top).
         dirs = " ".join(
-            str(g.containerd / d) for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d")
+            str(g.runtime_dir / d) for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d")
         )
         self.guest(
             f"mkdir -p {dirs} {g.logs} {g.run} {g.pod_logs} {g.cdi_dir} && "
@@ -202,7 +202,7 @@ class VMNode:
         self._start_guest("containerd", comp.containerd_argv(bins, g))
         deadline = time.monotonic() + scaled(60)
         while "yes" not in self.guest(
-            f"test -S {g.containerd_socket} && test -S {g.nri_socket} && echo yes || true"
+            f"test -S {g.runtime_socket} && test -S {g.nri_socket} && echo yes || true"
         ):
             if time.monotonic() > deadline:
                 raise ClusterError(
@@ -225,7 +225,7 @@ class VMNode:
             vm.put({f"/tmp/{a.name}": (a.read_bytes(), 0o644) for a in (pause, busybox)})
             self.guest(
                 " && ".join(
-                    f"{ctr} --address={g.containerd_socket} --namespace=k8s.io images import "
+                    f"{ctr} --address={g.runtime_socket} --namespace=k8s.io images import "
                     f"--snapshotter=overlayfs /tmp/{a.name} && rm -f /tmp/{a.name}"
                     for a in (pause, busybox)
                 )

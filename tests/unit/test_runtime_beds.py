@@ -213,3 +213,12 @@ def test_cri_o_runc_gets_no_oom_score_below_the_callers(tmp_path: Path) -> None:
     assert rewritten["process"]["oomScoreAdj"] == max(-998, floor)
     # A score at or above the floor is left as it is.
     assert not crio_runc.restrict(str(tmp_path / "config.json"), floor)
+    # kubelet's hugetlb limits go where the host has no hugetlb controller, and only there.
+    limits = [{"pageSize": "2MB", "limit": 0}]
+    rewritten["linux"] = {"resources": {"hugepageLimits": limits, "cpu": {"cpus": "1"}}}
+    (tmp_path / "config.json").write_text(json.dumps(rewritten))
+    assert not crio_runc.restrict(str(tmp_path / "config.json"), floor, hugetlb=True)
+    assert crio_runc.restrict(str(tmp_path / "config.json"), floor, hugetlb=False)
+    assert json.loads((tmp_path / "config.json").read_text())["linux"]["resources"] == {
+        "cpu": {"cpus": "1"}
+    }

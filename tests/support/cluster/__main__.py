@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.support.cluster.bed import Cluster, say
+from tests.support.cluster.layout import RUNTIMES
 from tests.support.cluster.procs import ClusterError
 
 
@@ -14,25 +15,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.cluster")
     parser.add_argument("command", choices=["up", "down", "demo", "restart-kubelet"])
     parser.add_argument("--mode", default="nri", help="nri (default) or relay")
-    parser.add_argument("--runtime", default="containerd", help="containerd (default)")
+    parser.add_argument(
+        "--runtime", default="containerd", choices=RUNTIMES, help="containerd (default) or crio"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="the cluster folder (.cluster)")
     args = parser.parse_args(argv)
-    if args.runtime != "containerd":
-        say(f"RUNTIME={args.runtime}: only containerd is wired into the cluster test bed yet")
-        return 2
     try:
         if args.command == "up":
-            cluster = Cluster(args.mode, args.dir)
+            cluster = Cluster(args.mode, args.dir, runtime=args.runtime)
             cluster.up()
             say(
-                f"up ({args.mode}): export KUBECONFIG={cluster.lay.kubeconfig}; "
+                f"up ({args.mode}, {args.runtime}): export KUBECONFIG={cluster.lay.kubeconfig}; "
                 f"kubectl: {cluster.lay.kubectl}"
             )
         elif args.command == "down":
             problems = (
                 Cluster.attach(args.dir).down()
                 if _recorded(args.dir)
-                else Cluster(args.mode, args.dir).down()
+                else Cluster(args.mode, args.dir, runtime=args.runtime).down()
             )
             return 1 if problems else 0
         elif args.command == "restart-kubelet":
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from tests.support.cluster.demo import demo
 
-            return demo(args.mode, args.dir)
+            return demo(args.mode, args.dir, args.runtime)
     except ClusterError as e:
         say(str(e))
         return 1

@@ -1,13 +1,14 @@
 """The single-node cluster: up, down, kubelet restarted; used by `make cluster-*` and the tests.
 
 ``Cluster(mode="nri"|"relay").up()`` builds what is missing (tests/beds/cluster/build.sh),
-starts etcd, the API server, the controller manager, the scheduler, a private containerd 2.x
-and kubelet, then deploys the webhook and the enforcer from their images and waits until the
-node is Ready and both serve. In relay mode the node is set up as docs/install.md tells an
-operator: the link from the relay path to containerd's socket before kubelet starts (Step 3),
-kubelet pointed at the relay path (Step 4), the reconnect service that restarts kubelet when the
-enforcer's relay replaces the link. ``down()`` removes every process, mount, cgroup, network
-device and file it made; only ``logs/`` stays, for reading after a failure.
+starts etcd, the API server, the controller manager, the scheduler, a private runtime
+(containerd 2.x, or CRI-O with ``runtime="crio"``: tests/support/cluster/runtime.py) and
+kubelet, then deploys the webhook and the enforcer from their images and waits until the node is
+Ready and both serve. In relay mode the node is set up as docs/install.md tells an operator: the
+link from the relay path to the runtime's socket before kubelet starts (Step 3), kubelet pointed
+at the relay path (Step 4), the reconnect service that restarts kubelet when the enforcer's
+relay replaces the link. ``down()`` removes every process, mount, cgroup, network device and
+file it made; only ``logs/`` stays, for reading after a failure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from tests.support.cluster import components as comp
 from tests.support.cluster import configs, deploy, node, procs
+from tests.support.cluster import runtime as rt
 from tests.support.cluster.kube import Kubectl
 from tests.support.cluster.layout import (
     API_SERVICE_IP,
@@ -31,6 +33,7 @@ from tests.support.cluster.layout import (
     NODE_NAME,
     PAUSE_IMAGE,
     REPO,
+    RUNTIMES,
     Layout,
     Ports,
     default_folder,
@@ -76,14 +79,18 @@ class Cluster:
         *,
         baseline: bool = False,
         ports: Ports | None = None,
+        runtime: str = "containerd",
     ) -> None:
         """``baseline``: the bench's node without the webhook and the enforcer (mode
         ``none``: kubelet talks to containerd, no admission webhook). ``ports``: the control
         plane's, when it runs beside the host's cluster (the VM node's)."""
         if not (mode in MODES or (baseline and mode == NO_ENFORCER)):
             raise ValueError(f"MODE must be one of {', '.join(MODES)}, not {mode!r}")
+        if runtime not in RUNTIMES:
+            raise ValueError(f"RUNTIME must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
         self.mode = mode
-        self.lay = Layout((root or default_folder()).resolve(), ports or Ports())
+        self.runtime = runtime
+        self.lay = Layout((root or default_folder()).resolve(), ports or Ports(), runtime)
         self.kubectl = Kubectl(self.lay)
         self.bins: dict[str, Path] = {}
         self.node_ip = ""
@@ -98,6 +105,7 @@ class Cluster:
     def _save_record(self) -> None:
         rec = {
             "mode": self.mode,
+            "runtime": self.runtime,
             "node_ip": self.node_ip,
             "bins": {k: str(v) for k, v in self.bins.items()},
         }
@@ -108,7 +116,12 @@ class Cluster:
         """The cluster that `up()` left running in ``root``."""
         lay = Layout((root or default_folder()).resolve())
         rec: dict[str, Any] = json.loads((lay.run / "cluster.json").read_text())
-        c = cls(rec["mode"], lay.root, baseline=rec["mode"] == NO_ENFORCER)
+        c = cls(
+            rec["mode"],
+            lay.root,
+            baseline=rec["mode"] == NO_ENFORCER,
+            runtime=rec.get("runtime", "containerd"),
+        )
         c.node_ip = rec["node_ip"]
         c.bins = {k: Path(v) for k, v in rec["bins"].items()}
         return c
@@ -151,14 +164,12 @@ class Cluster:
         self._step("control plane", t)
 
         t = time.monotonic()
-        self.start_containerd()
-        self._step("containerd", t)
+        self.start_runtime()
+        self._step(self.runtime, t)
         t = time.monotonic()
         images = deploy.build_images() if self.mode != NO_ENFORCER else {}
         deploy.build_pause_image(self.bins["pause"])
-        deploy.import_images(
-            lay, self.bins["containerd"] / "ctr", [PAUSE_IMAGE, *images.values()], self.snapshotter
-        )
+        rt.import_images(lay, self.bins, [PAUSE_IMAGE, *images.values()], self.snapshotter)
         self._step("images built and imported", t)
 
         t = time.monotonic()
@@ -203,7 +214,7 @@ class Cluster:
         lay = self.lay
         lay.relay_dir.mkdir(parents=True, exist_ok=True)
         if not lay.relay_socket.exists() and not lay.relay_socket.is_symlink():
-            lay.relay_socket.symlink_to(lay.containerd_socket)
+            lay.relay_socket.symlink_to(lay.runtime_socket)
         procs.start(
             lay,
             "reconnect",
@@ -221,7 +232,7 @@ class Cluster:
 
     def write_kubelet_config(self, cpu_manager: str = "none") -> None:
         lay = self.lay
-        endpoint = lay.relay_socket if self.mode == "relay" else lay.containerd_socket
+        endpoint = lay.relay_socket if self.mode == "relay" else lay.runtime_socket
         (lay.config / "kubelet.yaml").write_text(
             configs.kubelet_config(lay, f"unix://{endpoint}", cpu_manager)
         )
@@ -246,22 +257,9 @@ class Cluster:
 
         return "overlayfs" if overlayfs_works(self.lay.root) else "native"
 
-    def start_containerd(self) -> None:
-        lay = self.lay
-        for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d"):
-            (lay.containerd / d).mkdir(parents=True, exist_ok=True)
-        (lay.config / "containerd.toml").write_text(
-            configs.containerd_config(lay, self.snapshotter)
-        )
-        lay.containerd_socket.unlink(missing_ok=True)
-        env = dict(os.environ, PATH=f"{self.bins['containerd']}:{os.environ.get('PATH', '')}")
-        procs.start(lay, "containerd", comp.containerd_argv(self.bins, lay), env=env)
-        procs.wait_until(
-            "containerd's socket and NRI socket",
-            lambda: lay.containerd_socket.is_socket() and lay.nri_socket.is_socket(),
-            60,
-            log=lay.log("containerd"),
-        )
+    def start_runtime(self) -> None:
+        """The runtime (containerd or CRI-O), waited for until its CRI and NRI sockets serve."""
+        rt.start(self.lay, self.bins, self.snapshotter)
 
     # -- kubelet ----------------------------------------------------------------------------------
 
@@ -380,11 +378,11 @@ class Cluster:
         lay = self.lay
         for name in COMPONENTS[:2]:
             procs.stop(lay, name)
-        # The pods' processes, then the runtime's shims, then the runtime.
-        shims = node.shim_pids(lay.containerd_socket)
+        # The pods' processes, then the runtime's shims (or conmons), then the runtime.
+        shims = rt.monitor_pids(lay)
         node.kill_all(node.descendants(shims))
         node.kill_all(shims)
-        procs.stop(lay, "containerd")
+        procs.stop(lay, rt.process_name(lay))
         for name in COMPONENTS[2:]:
             procs.stop(lay, name)
         node.remove_service_rules()

@@ -105,7 +105,7 @@ def containerd_config(lay: Layout, snapshotter: str) -> str:
     """config.toml (version 3) of the private containerd 2.x: its own root, state and sockets,
     the pause image imported locally, runc from bookworm with the cgroupfs driver, CNI from
     Debian's plugins with a private configuration folder, NRI on with its own socket."""
-    d = lay.containerd
+    d = lay.runtime_dir
     rt = '[plugins."io.containerd.cri.v1.runtime"'
     return f"""\
 # Written by tests.support.cluster: the cluster test bed's private containerd 2.x.
@@ -119,10 +119,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   "io.containerd.snapshotter.v1.erofs"]
 
 [grpc]
-  address = {_q(str(lay.containerd_socket))}
+  address = {_q(str(lay.runtime_socket))}
 
 [ttrpc]
-  address = {_q(str(lay.containerd_socket) + ".ttrpc")}
+  address = {_q(str(lay.runtime_socket) + ".ttrpc")}
 
 [debug]
   address = ""

@@ -13,8 +13,8 @@ from tests.support.cluster.bed import Cluster, say
 DEMO_NS = "demo"
 
 
-def demo(mode: str, root: Path | None = None) -> int:
-    cluster = Cluster(mode, root)
+def demo(mode: str, root: Path | None = None, runtime: str = "containerd") -> int:
+    cluster = Cluster(mode, root, runtime=runtime)
     cluster.up()
     try:
         k = cluster.kubectl
@@ -43,8 +43,8 @@ def demo(mode: str, root: Path | None = None) -> int:
                     f"{name:<14}{c.container:<11}{c.qos:<12}{c.cpus:<7}{c.mems:<6}{classes or '-'}"
                 )
         print(
-            f"(cpuset read from /sys/fs/cgroup/cpuset/<kubelet's pod cgroup>/<container id>; "
-            f"mode {mode})"
+            f"(cpuset read from /sys/fs/cgroup/cpuset/<kubelet's pod cgroup>/<container's>; "
+            f"mode {mode}, runtime {runtime})"
         )
     finally:
         problems = cluster.down()

@@ -1,12 +1,12 @@
 """Our two programs on the cluster, from the images `make test` builds.
 
 The images are built by tests/images' own code (podman, the Debian base of .ci/base-image.sh),
-saved and imported into the cluster's containerd (`ctr -n k8s.io images import`), then deployed
+saved and put into the cluster's runtime (tests/support/cluster/runtime.py), then deployed
 with `deploy/` and kubectl as docs/install.md and docs/webhook.md tell an operator: the
 webhook's certificates from `resource-webhook certs`, `kubectl apply -k`, the Secret, the
 `caBundle` patch. The only difference is a kustomize overlay of the test bed's own
 (``.cluster/deploy/overlay``): the images' local names, and the node-local paths of the private
-containerd (its socket, the NRI socket, the relay socket and the enforcer's state folder), each
+runtime (its socket, the NRI socket, the relay socket and the enforcer's state folder), each
 mounted at the same path inside the pod as on the host so the relay's fallback link points where
 kubelet can follow it.
 """
@@ -25,7 +25,6 @@ from typing import Any
 
 import yaml
 
-from tests.support import images
 from tests.support.cluster.kube import Kubectl
 from tests.support.cluster.layout import PAUSE_IMAGE, REPO, Layout
 
@@ -60,40 +59,10 @@ def build_pause_image(pause_bin: Path) -> str:
     return PAUSE_IMAGE
 
 
-def import_archive(lay: Layout, ctr: Path, archive: Path, snapshotter: str) -> None:
-    """ctr import an image archive into the CRI namespace of the cluster's containerd."""
-    _run(
-        [
-            str(ctr),
-            f"--address={lay.containerd_socket}",
-            "--namespace=k8s.io",
-            "images",
-            "import",
-            f"--snapshotter={snapshotter}",
-            str(archive),
-        ]
-    )
-
-
-def import_images(lay: Layout, ctr: Path, refs: list[str], snapshotter: str) -> None:
-    """podman save each image, then ctr import it; and the busybox image of the test pods
-    (tests/support/images.py, as every other end-to-end test uses)."""
-    lay.images.mkdir(parents=True, exist_ok=True)
-    for ref in refs:
-        archive = lay.images / (ref.rsplit("/", 1)[-1].replace(":", "_") + ".tar")
-        archive.unlink(missing_ok=True)
-        _run(["podman", "save", "--format=docker-archive", f"--output={archive}", ref])
-        import_archive(lay, ctr, archive, snapshotter)
-        archive.unlink()
-    busybox = images.build_oci_archive(lay.images / "busybox.oci.tar", images.BUSYBOX)
-    import_archive(lay, ctr, busybox, snapshotter)
-    busybox.unlink()
-
-
 def _host_paths(lay: Layout) -> dict[str, str]:
     """Paths of a real node (deploy/'s defaults) -> the test bed's private ones."""
     return {
-        "/run/containerd": str(lay.containerd),
+        "/run/containerd": str(lay.runtime_dir),  # CRI-O's too, in the bed
         "/run/resource-enforcer": str(lay.relay_dir),
         "/var/lib/resource-enforcer": str(lay.enforcer_state),
         "/var/run/nri": str(lay.nri_dir),
@@ -114,7 +83,12 @@ def enforcer_patch(daemonset: dict[str, Any], lay: Layout) -> list[dict[str, Any
     paths = _host_paths(lay)
     spec = daemonset["spec"]["template"]["spec"]
     container = copy.deepcopy(spec["containers"][0])
-    args = [_swap(a, paths) for a in container["args"]]
+    args = [
+        f"--runtime-socket={lay.runtime_socket}"
+        if a.startswith("--runtime-socket=")
+        else _swap(a, paths)
+        for a in container["args"]
+    ]
     mounts = container["volumeMounts"]
     for m in mounts:
         m["mountPath"] = _swap(m["mountPath"], paths)
@@ -223,7 +197,7 @@ def helm_values(lay: Layout, mode: str) -> dict[str, Any]:
         "images": images_values,
         "enforcer": {
             "paths": {
-                "runtimeSocket": str(lay.containerd_socket),
+                "runtimeSocket": str(lay.runtime_socket),
                 "relaySocket": str(lay.relay_socket),
                 "nriSocket": str(lay.nri_socket),
                 "stateDir": str(lay.enforcer_state),

@@ -20,38 +20,39 @@ import shutil
 import time
 
 from tests.support.cluster import node, procs
+from tests.support.cluster import runtime as rt
 from tests.support.cluster.bed import COMPONENTS, Cluster, say
 
 
-def restart_containerd(c: Cluster) -> None:
-    """containerd stopped (SIGTERM: the shims and the pods go on) and started again, as
-    `systemctl restart containerd` does."""
-    procs.stop(c.lay, "containerd")
-    c.start_containerd()
+def restart_runtime(c: Cluster) -> None:
+    """The runtime stopped (SIGTERM: the shims and the pods go on) and started again, as
+    `systemctl restart containerd` (or crio) does."""
+    procs.stop(c.lay, rt.process_name(c.lay))
+    c.start_runtime()
 
 
 def power_cut(c: Cluster) -> None:
     """SIGKILL to every process of the cluster at once, then what a boot starts without."""
     lay = c.lay
-    shims = node.shim_pids(lay.containerd_socket)
+    shims = rt.monitor_pids(lay)
     victims = node.descendants(shims) | shims
-    for name in (*COMPONENTS, "containerd"):
+    for name in (*COMPONENTS, rt.process_name(lay)):
         pid = procs.pid_of(lay, name)
         if pid is not None:
             victims.add(pid)
     say(f"power cut: SIGKILL to {len(victims)} processes")
     node.kill_all(victims)
-    for name in (*COMPONENTS, "containerd"):
+    for name in (*COMPONENTS, rt.process_name(lay)):
         procs.stop(lay, name)  # reaps and forgets the pid file (nothing is left to signal)
-    state = lay.containerd / "state"
+    state = lay.runtime_dir / "state"
     for folder in (state, lay.kubelet_root):
         left = node.unmount_under(folder)
         if left:
             raise RuntimeError(f"could not unmount {left}")
     shutil.rmtree(state, ignore_errors=True)
-    for sock in (lay.containerd_socket, lay.nri_socket):
+    for sock in (lay.runtime_socket, lay.nri_socket):
         sock.unlink(missing_ok=True)
-    for entry in lay.containerd.glob("*.sock*"):  # the ttrpc socket beside it
+    for entry in lay.runtime_dir.glob("*.sock*"):  # the ttrpc socket beside it
         entry.unlink(missing_ok=True)
     shutil.rmtree(lay.relay_dir, ignore_errors=True)
     node.remove_bridge()
@@ -63,7 +64,7 @@ def power_cut(c: Cluster) -> None:
 def boot(c: Cluster) -> None:
     """What a node's boot starts, in its order; returns once the node is Ready."""
     c.start_control_plane()
-    c.start_containerd()
+    c.start_runtime()
     if c.mode == "relay":
         c.start_fallback_and_reconnect()
     c.start_kubelet()

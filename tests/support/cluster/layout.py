@@ -1,8 +1,9 @@
 """Where everything of the single-node cluster lives, and its fixed names, ports and ranges.
 
 One folder holds it all (``.cluster/`` at the repository root by default, git-ignored):
-certificates, configuration files, etcd's data, kubelet's root, the private containerd's root,
-state and sockets, the relay's socket and state, and every component's log (``logs/``).
+certificates, configuration files, etcd's data, kubelet's root, the private runtime's root,
+state and sockets (containerd 2.x, or CRI-O with ``RUNTIME=crio``), the relay's socket and
+state, and every component's log (``logs/``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"
 PAUSE_IMAGE = "registry.k8s.io/pause:kre-local"
 MODES = ("nri", "relay")
+RUNTIMES = ("containerd", "crio")  # `make cluster-up RUNTIME=...` (CONTRACT.md)
 # The start-up bench (`python -m bench startup`) also runs the node with neither program: its
 # baseline. Not a MODE of `make cluster-up` (CONTRACT.md) nor of the tests.
 NO_ENFORCER = "none"
@@ -53,10 +55,12 @@ class Ports:
 
 @dataclass(frozen=True)
 class Layout:
-    """Every path of one cluster, below ``root``, and its control plane's ports."""
+    """Every path of one cluster, below ``root``, its control plane's ports and its runtime
+    (``containerd`` or ``crio``)."""
 
     root: Path
     ports: Ports = Ports()
+    runtime: str = "containerd"
 
     @property
     def pki(self) -> Path:
@@ -99,24 +103,24 @@ class Layout:
         return self.root / "config"
 
     @property
-    def containerd(self) -> Path:
-        return self.root / "containerd"
+    def runtime_dir(self) -> Path:  # the runtime's root, state, sockets, NRI and CDI folders
+        return self.root / self.runtime
 
     @property
-    def containerd_socket(self) -> Path:
-        return self.containerd / "containerd.sock"
+    def runtime_socket(self) -> Path:
+        return self.runtime_dir / f"{self.runtime}.sock"
 
     @property
     def nri_dir(self) -> Path:
-        return self.containerd / "nri"
+        return self.runtime_dir / "nri"
 
     @property
     def nri_socket(self) -> Path:
         return self.nri_dir / "nri.sock"
 
     @property
-    def cdi_dir(self) -> Path:  # the CDI specs the private containerd reads (the DRA driver's)
-        return self.containerd / "cdi"
+    def cdi_dir(self) -> Path:  # the CDI specs the private runtime reads (the DRA driver's)
+        return self.runtime_dir / "cdi"
 
     @property
     def cni_conf(self) -> Path:

@@ -80,22 +80,6 @@ def _hierarchies() -> list[Path]:
     return [p for p in CGROUPFS.iterdir() if p.is_dir() and (p / "cgroup.procs").exists()]
 
 
-def shim_pids(containerd_socket: Path) -> set[int]:
-    """The runc shims of the containerd listening on ``containerd_socket``."""
-    found: set[int] = set()
-    needle = str(containerd_socket).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"containerd-shim" in cmd and needle in cmd:
-            found.add(int(entry.name))
-    return found
-
-
 def descendants(roots: set[int]) -> set[int]:
     """Every process below ``roots`` (the containers under the shims: the shim is their
     subreaper), from the parent links in /proc."""

@@ -1,11 +1,10 @@
 """What the node really did to a pod's containers, read from the kernel's cgroup files under
-kubelet's pod cgroup (cgroupfs driver, cgroup v1) and from the runtime (ctr), never from the
-enforcer's own state."""
+kubelet's pod cgroup (cgroupfs driver, cgroup v1) and from the runtime (its CRI status), never
+from the enforcer's own state."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,15 @@ def read_cpuset(cgroup: str) -> tuple[str, str]:
     return (d / "cpuset.cpus").read_text().strip(), (d / "cpuset.mems").read_text().strip()
 
 
+def container_cgroup(pod_cgroup: str, container_id: str) -> str:
+    """The container's cgroup under its pod's (cgroupfs driver): ``<id>`` for containerd,
+    ``crio-<id>`` for CRI-O."""
+    for name in (container_id, f"crio-{container_id}"):
+        if (CGROUPFS / "cpuset" / pod_cgroup / name).is_dir():
+            return f"{pod_cgroup}/{name}"
+    return f"{pod_cgroup}/{container_id}"  # gone meanwhile: reading it fails, naming the path
+
+
 def containers_of(kubectl: Kubectl, namespace: str, pod_name: str) -> list[ContainerTruth]:
     """Each running container of the pod, with its cpuset and memory nodes from its cgroup."""
     pod = kubectl.json("-n", namespace, "get", "pod", pod_name)
@@ -48,7 +56,7 @@ def containers_of(kubectl: Kubectl, namespace: str, pod_name: str) -> list[Conta
         cid = st.get("containerID", "").split("://", 1)[-1]
         if not cid or "running" not in st.get("state", {}):
             continue
-        cgroup = f"{base}/{cid}"
+        cgroup = container_cgroup(base, cid)
         cpus, mems = read_cpuset(cgroup)
         found.append(
             ContainerTruth(pod_name, st["name"], pod["status"]["qosClass"], cid, cgroup, cpus, mems)
@@ -56,28 +64,23 @@ def containers_of(kubectl: Kubectl, namespace: str, pod_name: str) -> list[Conta
     return found
 
 
-def runtime_spec(lay: Layout, ctr: Path, container_id: str) -> dict[str, Any]:
-    """The OCI spec containerd holds for the container (`ctr containers info`)."""
-    out = subprocess.run(
-        [
-            str(ctr),
-            f"--address={lay.containerd_socket}",
-            "--namespace=k8s.io",
-            "containers",
-            "info",
-            container_id,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    info: dict[str, Any] = json.loads(out)
-    return info["Spec"]
+def runtime_spec(lay: Layout, container_id: str) -> dict[str, Any]:
+    """The OCI spec the runtime holds for the container (what a restart re-applies), from its
+    CRI ContainerStatus with ``verbose`` (containerd and CRI-O both give ``runtimeSpec``)."""
+    import grpc
+
+    from enforcer.cri import api_pb2, api_pb2_grpc
+
+    with grpc.insecure_channel(f"unix://{lay.runtime_socket}") as channel:
+        reply = api_pb2_grpc.RuntimeServiceStub(channel).ContainerStatus(
+            api_pb2.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=30
+        )
+    spec: dict[str, Any] = json.loads(reply.info["info"])["runtimeSpec"]
+    return spec
 
 
-def runtime_cpus(lay: Layout, ctr: Path, container_id: str) -> str:
-    spec = runtime_spec(lay, ctr, container_id)
+def runtime_cpus(lay: Layout, container_id: str) -> str:
+    spec = runtime_spec(lay, container_id)
     return str(spec.get("linux", {}).get("resources", {}).get("cpu", {}).get("cpus", ""))
 
 
