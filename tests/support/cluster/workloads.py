@@ -19,6 +19,7 @@ from tests.support.images import BUSYBOX_IMAGE
 
 ENFORCER_NS = "resource-enforcer"
 NODE_CONFIGMAP = f"resource-enforcer-config.node.{NODE_NAME}"
+SLEEPER = "trap 'exit 0' TERM; sleep 3600 & wait"
 STATIC_CONFIG = 'policy:\n  name: static\n  reservedCPUs: "0"\n'
 
 
@@ -35,7 +36,10 @@ def container(name: str = "app", resources: dict[str, Any] | None = None) -> dic
         "name": name,
         "image": BUSYBOX_IMAGE,
         "imagePullPolicy": "Never",
-        "command": ["sleep", "3600"],
+        # PID 1 of a container has no default action for SIGTERM: a bare `sleep` ignores it
+        # and kubelet waits out its minimum grace period (2 s, whatever the pod's 0) before
+        # SIGKILL, on every deletion. The trap makes it end on kubelet's SIGTERM at once.
+        "command": ["sh", "-c", SLEEPER],
     }
     if resources:
         c["resources"] = resources
