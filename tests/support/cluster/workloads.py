@@ -49,7 +49,12 @@ def container(name: str = "app", resources: dict[str, Any] | None = None) -> dic
 def pod_spec(*containers: dict[str, Any]) -> dict[str, Any]:
     return {
         "containers": list(containers),
-        "terminationGracePeriodSeconds": 0,
+        # Not 0: a pod deleted with 0 leaves the API at once while kubelet still stops its
+        # containers, so `kubectl delete --wait` returned with the CPU still held and the next
+        # Guaranteed pod was refused (ResourceExhausted) and retried after kubelet's 10 s
+        # back-off. With 1 the API keeps the pod until kubelet has stopped its containers,
+        # which SLEEPER's trap makes immediate.
+        "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }
