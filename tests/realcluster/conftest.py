@@ -10,6 +10,14 @@ relay's and the plugin's end-to-end modules already run on CRI-O (tests/e2e, tes
 ``KRE_CLUSTER=.cluster`` runs the tests on a cluster that `make cluster-up` left running
 (select its mode: ``-k nri`` or ``-k relay``) and leaves it up.
 
+A module whose subject does not depend on how the enforcer reaches the runtime (the webhook's
+admission and certificate rotation, the configuration and NodeResourceTopology through the API
+server) carries the mark ``one_mode``: it runs on whichever cluster the selection brings up, the
+first of ``MODES`` when both are selected (``-k relay`` runs it on the relay's). Everything that
+goes through the relay or the NRI plugin (placement, re-pinning, restarts, resize, DRA, kubelet's
+CPU manager, the node's reboot, device locality, the webhook down) runs on both (the relay's
+runs of the three modules took 52 s of the last whole run).
+
 Nothing here skips: a failed build or a cluster that does not come up fails the tests (CI, and
 a developer who selected them). Leave them out explicitly with ``pytest -m "not cluster"``.
 kubelet owns the host's ``kubepods`` cgroups while the cluster runs: run these tests alone, or
@@ -38,7 +46,9 @@ CLUSTERS = {
     "crio-nri": ("nri", "crio"),
 }
 
+ORDER = list(CLUSTERS)
 timings: dict[str, float] = {}
+ONE_MODE = "one_mode"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -59,6 +69,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _mode(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    mode = callspec.params.get("cluster") if callspec is not None else None
+    return mode if isinstance(mode, str) else None
+
+
+def one_mode(items: list[pytest.Item]) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """The selected items with each ``one_mode`` test kept in one mode only (the first of
+    the clusters among those selected), and the items left out."""
+    chosen: dict[tuple[object, ...], str] = {}
+    for item in items:
+        mode = _mode(item)
+        if mode is None or item.get_closest_marker(ONE_MODE) is None:
+            continue
+        key = _key(item)
+        if key not in chosen or ORDER.index(mode) < ORDER.index(chosen[key]):
+            chosen[key] = mode
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
+    for item in items:
+        mode = _mode(item)
+        if mode is None or item.get_closest_marker(ONE_MODE) is None or chosen[_key(item)] == mode:
+            kept.append(item)
+        else:
+            left.append(item)
+    return kept, left
+
+
+def _key(item: pytest.Item) -> tuple[object, ...]:
+    """One test whatever its mode: its file, its function, its other parameters."""
+    callspec = getattr(item, "callspec", None)
+    others = (
+        {} if callspec is None else {k: v for k, v in callspec.params.items() if k != "cluster"}
+    )
+    name = getattr(item, "originalname", item.name)
+    return (item.path, name, tuple(sorted((k, repr(v)) for k, v in others.items())))
+
+
+class _OneMode:
+    """Runs after ``-k`` and ``-m`` have deselected (``trylast``), so that what a selection
+    leaves of a ``one_mode`` test runs in the mode selected."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        kept, left = one_mode(items)
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = kept
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_OneMode(), "realcluster-one-mode")
 
 
 def _unavailable(runtime: str) -> str | None:

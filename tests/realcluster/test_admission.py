@@ -17,6 +17,8 @@ from tests.support.cluster.kube import KubectlError
 
 NS = "admission"
 ANNOTATION = "resource-enforcer.dev/resources"
+# The API server and the webhook, with no node in between: the same on either transport.
+pytestmark = pytest.mark.one_mode
 
 
 @pytest.fixture(scope="module")

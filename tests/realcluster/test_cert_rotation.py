@@ -31,6 +31,9 @@ ANNOTATION = "resource-enforcer.dev/resources"
 SERVICE_HOST = "resource-webhook.resource-enforcer.svc"
 WEBHOOK_PODS = "app.kubernetes.io/name=resource-webhook"
 GATE = "resource-enforcer.dev/never-scheduled"
+# The webhook's certificate and the API server's caBundle; the pods are never scheduled, so
+# the node's transport plays no part.
+pytestmark = pytest.mark.one_mode
 
 
 def held_pod(i: int) -> dict[str, Any]:

@@ -32,6 +32,11 @@ NRT = "noderesourcetopologies.topology.node.k8s.io"
 BAD_CONFIG = 'policy:\n  name: static\n  reservedCPUs: "1"\n  bogus: 1\n  pinMemory: maybe\n'
 RESERVE_1 = 'policy:\n  name: static\n  reservedCPUs: "1"\n'
 NRT_CONFIG = w.STATIC_CONFIG + "nodeResourceTopology:\n  enabled: true\n  minIntervalSeconds: 1\n"
+# The enforcer's API-server client (the ConfigMap watch, the Node's status, Events, the
+# NodeResourceTopology) is the same on either transport; the re-pinning an applied edit causes
+# goes through the transport as every freed CPU does, checked in both modes by test_placement,
+# test_restarts and test_resize.
+pytestmark = pytest.mark.one_mode
 
 
 def cpus(cluster: Cluster, pod: str) -> CPUSet:

@@ -40,12 +40,25 @@ def _run(argv: list[str], timeout: float = 600) -> str:
     return out.stdout
 
 
+# The images built by this process: a test session's second cluster imports the same ones
+# (the sources do not change under a running session), without a second round of builds.
+_built: dict[str, str] = {}
+
+
 def build_images() -> dict[str, str]:
-    """Both images, built by tests/images' code on the Debian base; name -> reference."""
+    """Both images, built by tests/images' code on the Debian base; name -> reference. Built
+    once per process, again only if one of them is gone from podman's store."""
     from tests.images.img_support import build  # the one image build of the project
 
-    base = _run([str(REPO / ".ci" / "base-image.sh")], timeout=1800).strip().splitlines()[-1]
-    return {name: build(name, base).ref for name in ("webhook", "enforcer")}
+    if not _built or not all(_image_exists(ref) for ref in _built.values()):
+        base = _run([str(REPO / ".ci" / "base-image.sh")], timeout=1800).strip().splitlines()[-1]
+        _built.clear()
+        _built.update({name: build(name, base).ref for name in ("webhook", "enforcer")})
+    return dict(_built)
+
+
+def _image_exists(ref: str) -> bool:
+    return subprocess.run(["podman", "image", "exists", ref], timeout=60).returncode == 0
 
 
 def build_pause_image(pause_bin: Path) -> str:

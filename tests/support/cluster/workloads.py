@@ -19,6 +19,7 @@ from tests.support.images import BUSYBOX_IMAGE
 
 ENFORCER_NS = "resource-enforcer"
 NODE_CONFIGMAP = f"resource-enforcer-config.node.{NODE_NAME}"
+SLEEPER = "trap 'exit 0' TERM; sleep 3600 & wait"
 STATIC_CONFIG = 'policy:\n  name: static\n  reservedCPUs: "0"\n'
 
 
@@ -35,7 +36,10 @@ def container(name: str = "app", resources: dict[str, Any] | None = None) -> dic
         "name": name,
         "image": BUSYBOX_IMAGE,
         "imagePullPolicy": "Never",
-        "command": ["sleep", "3600"],
+        # PID 1 of a container has no default action for SIGTERM: a bare `sleep` ignores it
+        # and kubelet waits out its minimum grace period (2 s, whatever the pod's 0) before
+        # SIGKILL, on every deletion. The trap makes it end on kubelet's SIGTERM at once.
+        "command": ["sh", "-c", SLEEPER],
     }
     if resources:
         c["resources"] = resources
@@ -45,7 +49,12 @@ def container(name: str = "app", resources: dict[str, Any] | None = None) -> dic
 def pod_spec(*containers: dict[str, Any]) -> dict[str, Any]:
     return {
         "containers": list(containers),
-        "terminationGracePeriodSeconds": 0,
+        # Not 0: a pod deleted with 0 leaves the API at once while kubelet still stops its
+        # containers, so `kubectl delete --wait` returned with the CPU still held and the next
+        # Guaranteed pod was refused (ResourceExhausted) and retried after kubelet's 10 s
+        # back-off. With 1 the API keeps the pod until kubelet has stopped its containers,
+        # which SLEEPER's trap makes immediate.
+        "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }
