@@ -73,6 +73,11 @@ def critest_available() -> str | None:
             f"no critest at {critest_binary()}; run tests/beds/runtimes/critest.sh "
             f"(make system-deps does; cache {DEFAULT_CACHE}, KRE_BEDS_CACHE moves it)"
         )
+    if not os.access(critest_binary().parent / "ginkgo", os.X_OK):
+        return (
+            f"no ginkgo CLI beside {critest_binary()} (critest --parallel runs it); "
+            "run tests/beds/runtimes/critest.sh"
+        )
     missing = [p for p in ("bridge", "host-local", "loopback") if not (CNI_PLUGINS / p).exists()]
     if missing:
         return f"no CNI plugins {', '.join(missing)} in {CNI_PLUGINS}; `apt-get install podman`"
@@ -167,17 +172,28 @@ def _specs(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def run_critest_groups(
-    endpoint: str, out_dir: Path, *, nri_socket: str | None = None
+    endpoint: str,
+    out_dir: Path,
+    *,
+    nri_socket: str | None = None,
+    parallel: int = 1,
+    groups: tuple[str, ...] = GROUPS,
 ) -> CritestResult:
-    """Every spec but ``SKIPS``, in ``GROUPS`` (one critest process each); the results merged."""
+    """Every spec but ``SKIPS``, in ``groups`` (one critest run each, of ``parallel`` ginkgo
+    nodes); the results merged."""
     merged = CritestResult()
-    for i in range(len(GROUPS) + 1):
-        if i < len(GROUPS):
-            focus, skip = (f"--ginkgo.focus={GROUPS[i]}",), ()
+    for i in range(len(groups) + 1):
+        if i < len(groups):
+            focus, skip = (f"--ginkgo.focus={groups[i]}",), ()
         else:
-            focus, skip = (), GROUPS
+            focus, skip = (), groups
         part = run_critest(
-            endpoint, out_dir / f"group{i}", nri_socket=nri_socket, extra=focus, more_skips=skip
+            endpoint,
+            out_dir / f"group{i}",
+            nri_socket=nri_socket,
+            extra=focus,
+            more_skips=skip,
+            parallel=parallel,
         )
         # Each group's report lists every spec, those outside its focus as skipped.
         for name, state in part.states.items():
@@ -197,10 +213,13 @@ def run_critest(
     nri_socket: str | None = None,
     extra: tuple[str, ...] = (),
     more_skips: tuple[str, ...] = (),
+    parallel: int = 1,
     timeout: float = 3600,
 ) -> CritestResult:
     """critest against ``endpoint`` (a unix socket path), every spec but ``SKIPS`` (and
-    ``more_skips``); with ``nri_socket``, its NRI specs too."""
+    ``more_skips``); with ``nri_socket``, its NRI specs too. ``parallel`` > 1 runs critest
+    ``--parallel``: it execs the ginkgo CLI built beside it (critest.sh) with that many nodes,
+    ``Serial`` specs alone, and ginkgo merges the nodes' reports into one."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.json"
     cmd = [
@@ -214,6 +233,8 @@ def run_critest(
         "--ginkgo.seed=1",
         *extra,
     ]
+    if parallel > 1:
+        cmd.append(f"--parallel={parallel}")
     if images_file is not None:
         cmd.append(f"--test-images-file={images_file}")
     if nri_socket is not None:
@@ -221,8 +242,10 @@ def run_critest(
         # by CRI calls made through ``endpoint``.
         cmd.append(f"--nri-socket={nri_socket}")
     (out_dir / "crictl.yaml").write_text(f"runtime-endpoint: unix://{endpoint}\n")
+    # critest --parallel finds ginkgo on PATH; the one beside it is the version it was built with.
+    env = {**os.environ, "PATH": f"{critest_binary().parent}:{os.environ.get('PATH', '')}"}
     done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False, env=env
     )
     output = done.stdout + done.stderr
     (out_dir / "critest.log").write_text(output)
