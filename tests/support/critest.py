@@ -55,6 +55,21 @@ GROUPS: tuple[str, ...] = (
 )
 
 
+# ginkgo nodes per critest run (critest --parallel): measured on containerd 2.4, docs/testing.md
+# "critest through the relay". KRE_CRITEST_PARALLEL overrides it (1: critest alone, no ginkgo CLI).
+DEFAULT_PARALLEL = 3
+
+
+def parallel_nodes() -> int:
+    """critest's ``--parallel``: KRE_CRITEST_PARALLEL, else ``DEFAULT_PARALLEL``."""
+    raw = os.environ.get("KRE_CRITEST_PARALLEL", "").strip()
+    if not raw:
+        return DEFAULT_PARALLEL
+    if not raw.isdigit() or not 1 <= int(raw) <= 16:
+        raise ValueError(f"KRE_CRITEST_PARALLEL={raw!r}: a number of ginkgo nodes, 1 to 16")
+    return int(raw)
+
+
 def critest_version() -> str:
     gomod = (REPO / "tests/beds/runtimes/critest/go.mod").read_text()
     found = re.search(r"sigs\.k8s\.io/cri-tools v(\S+)", gomod)
@@ -176,11 +191,12 @@ def run_critest_groups(
     out_dir: Path,
     *,
     nri_socket: str | None = None,
-    parallel: int = 1,
+    parallel: int | None = None,
     groups: tuple[str, ...] = GROUPS,
 ) -> CritestResult:
     """Every spec but ``SKIPS``, in ``groups`` (one critest run each, of ``parallel`` ginkgo
-    nodes); the results merged."""
+    nodes, ``parallel_nodes()`` unless given); the results merged."""
+    parallel = parallel_nodes() if parallel is None else parallel
     merged = CritestResult()
     for i in range(len(groups) + 1):
         if i < len(groups):
@@ -242,8 +258,13 @@ def run_critest(
         # by CRI calls made through ``endpoint``.
         cmd.append(f"--nri-socket={nri_socket}")
     (out_dir / "crictl.yaml").write_text(f"runtime-endpoint: unix://{endpoint}\n")
-    # critest --parallel finds ginkgo on PATH; the one beside it is the version it was built with.
-    env = {**os.environ, "PATH": f"{critest_binary().parent}:{os.environ.get('PATH', '')}"}
+    # critest --parallel finds ginkgo on PATH (the one beside it: the version it was built with)
+    # and leaves a folder in TMPDIR for its symlink: in ``out_dir``, not in /tmp.
+    env = {
+        **os.environ,
+        "PATH": f"{critest_binary().parent}:{os.environ.get('PATH', '')}",
+        "TMPDIR": str(out_dir),
+    }
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False, env=env
     )
