@@ -57,7 +57,7 @@ GROUPS: tuple[str, ...] = (
 
 # ginkgo nodes per critest run (critest --parallel): measured on containerd 2.4, docs/testing.md
 # "critest through the relay". KRE_CRITEST_PARALLEL overrides it (1: critest alone, no ginkgo CLI).
-DEFAULT_PARALLEL = 3
+DEFAULT_PARALLEL = 1
 
 
 def parallel_nodes() -> int:
