@@ -55,8 +55,8 @@ GROUPS: tuple[str, ...] = (
 )
 
 
-# ginkgo nodes per critest run (critest --parallel): measured on containerd 2.4, docs/testing.md
-# "critest through the relay". KRE_CRITEST_PARALLEL overrides it (1: critest alone, no ginkgo CLI).
+# ginkgo nodes per critest run (critest --parallel); 1 (critest alone, no ginkgo CLI) until N is
+# measured here (docs/testing.md, "critest through the relay"). KRE_CRITEST_PARALLEL overrides it.
 DEFAULT_PARALLEL = 1
 
 
