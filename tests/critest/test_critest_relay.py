@@ -7,7 +7,9 @@ runtime itself here, with theirs). The pass sets and their differences, by name,
 at the end of the run.
 
 critest runs in groups of specs, each its own process (tests.support.critest.GROUPS): it opens
-two connections per spec and closes none, and the relay refuses more than 128 at once.
+two connections per spec and closes none, and the relay refuses more than 128 at once. Each group
+runs on several ginkgo nodes (critest --parallel, tests.support.critest.parallel_nodes), critest's
+Serial specs alone; the direct and the relay runs do not overlap (docs/testing.md says why).
 
 containerd 1.6 is left out: it reached end of life (July 2025) and its relay end-to-end pass
 stays in tests/e2e.

@@ -55,6 +55,22 @@ GROUPS: tuple[str, ...] = (
 )
 
 
+# ginkgo nodes per critest run (critest --parallel): 2, as fast as 3 on this 2-core machine with
+# fewer processes (docs/testing.md, "critest through the relay"). KRE_CRITEST_PARALLEL overrides
+# it (1: critest alone, no ginkgo CLI).
+DEFAULT_PARALLEL = 2
+
+
+def parallel_nodes() -> int:
+    """critest's ``--parallel``: KRE_CRITEST_PARALLEL, else ``DEFAULT_PARALLEL``."""
+    raw = os.environ.get("KRE_CRITEST_PARALLEL", "").strip()
+    if not raw:
+        return DEFAULT_PARALLEL
+    if not raw.isdigit() or not 1 <= int(raw) <= 16:
+        raise ValueError(f"KRE_CRITEST_PARALLEL={raw!r}: a number of ginkgo nodes, 1 to 16")
+    return int(raw)
+
+
 def critest_version() -> str:
     gomod = (REPO / "tests/beds/runtimes/critest/go.mod").read_text()
     found = re.search(r"sigs\.k8s\.io/cri-tools v(\S+)", gomod)
@@ -72,6 +88,11 @@ def critest_available() -> str | None:
         return (
             f"no critest at {critest_binary()}; run tests/beds/runtimes/critest.sh "
             f"(make system-deps does; cache {DEFAULT_CACHE}, KRE_BEDS_CACHE moves it)"
+        )
+    if not os.access(critest_binary().parent / "ginkgo", os.X_OK):
+        return (
+            f"no ginkgo CLI beside {critest_binary()} (critest --parallel runs it); "
+            "run tests/beds/runtimes/critest.sh"
         )
     missing = [p for p in ("bridge", "host-local", "loopback") if not (CNI_PLUGINS / p).exists()]
     if missing:
@@ -167,17 +188,29 @@ def _specs(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def run_critest_groups(
-    endpoint: str, out_dir: Path, *, nri_socket: str | None = None
+    endpoint: str,
+    out_dir: Path,
+    *,
+    nri_socket: str | None = None,
+    parallel: int | None = None,
+    groups: tuple[str, ...] = GROUPS,
 ) -> CritestResult:
-    """Every spec but ``SKIPS``, in ``GROUPS`` (one critest process each); the results merged."""
+    """Every spec but ``SKIPS``, in ``groups`` (one critest run each, of ``parallel`` ginkgo
+    nodes, ``parallel_nodes()`` unless given); the results merged."""
+    parallel = parallel_nodes() if parallel is None else parallel
     merged = CritestResult()
-    for i in range(len(GROUPS) + 1):
-        if i < len(GROUPS):
-            focus, skip = (f"--ginkgo.focus={GROUPS[i]}",), ()
+    for i in range(len(groups) + 1):
+        if i < len(groups):
+            focus, skip = (f"--ginkgo.focus={groups[i]}",), ()
         else:
-            focus, skip = (), GROUPS
+            focus, skip = (), groups
         part = run_critest(
-            endpoint, out_dir / f"group{i}", nri_socket=nri_socket, extra=focus, more_skips=skip
+            endpoint,
+            out_dir / f"group{i}",
+            nri_socket=nri_socket,
+            extra=focus,
+            more_skips=skip,
+            parallel=parallel,
         )
         # Each group's report lists every spec, those outside its focus as skipped.
         for name, state in part.states.items():
@@ -197,10 +230,13 @@ def run_critest(
     nri_socket: str | None = None,
     extra: tuple[str, ...] = (),
     more_skips: tuple[str, ...] = (),
+    parallel: int = 1,
     timeout: float = 3600,
 ) -> CritestResult:
     """critest against ``endpoint`` (a unix socket path), every spec but ``SKIPS`` (and
-    ``more_skips``); with ``nri_socket``, its NRI specs too."""
+    ``more_skips``); with ``nri_socket``, its NRI specs too. ``parallel`` > 1 runs critest
+    ``--parallel``: it execs the ginkgo CLI built beside it (critest.sh) with that many nodes,
+    ``Serial`` specs alone, and ginkgo merges the nodes' reports into one."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.json"
     cmd = [
@@ -214,6 +250,8 @@ def run_critest(
         "--ginkgo.seed=1",
         *extra,
     ]
+    if parallel > 1:
+        cmd.append(f"--parallel={parallel}")
     if images_file is not None:
         cmd.append(f"--test-images-file={images_file}")
     if nri_socket is not None:
@@ -221,8 +259,15 @@ def run_critest(
         # by CRI calls made through ``endpoint``.
         cmd.append(f"--nri-socket={nri_socket}")
     (out_dir / "crictl.yaml").write_text(f"runtime-endpoint: unix://{endpoint}\n")
+    # critest --parallel finds ginkgo on PATH (the one beside it: the version it was built with)
+    # and leaves a folder in TMPDIR for its symlink: in ``out_dir``, not in /tmp.
+    env = {
+        **os.environ,
+        "PATH": f"{critest_binary().parent}:{os.environ.get('PATH', '')}",
+        "TMPDIR": str(out_dir),
+    }
     done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False, env=env
     )
     output = done.stdout + done.stderr
     (out_dir / "critest.log").write_text(output)

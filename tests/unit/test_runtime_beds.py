@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import images
-from tests.support.critest import parse_report
+from tests.support.critest import DEFAULT_PARALLEL, parallel_nodes, parse_report
 from tests.support.critest_images import critest_images
 from tests.support.registry import UPSTREAMS, LocalRegistry, image_path
 from tests.support.runtimes import RELEASES, NriContainerd, render_config_v3
@@ -148,6 +148,19 @@ def test_a_ginkgo_report_is_read_as_spec_names_and_states(tmp_path: Path) -> Non
         "[k8s.io] Image Manager should pull": "passed",
         "[k8s.io] Streaming exec should exec": "failed",
     }
+
+
+def test_critest_nodes_come_from_kre_critest_parallel_and_a_bad_value_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KRE_CRITEST_PARALLEL", raising=False)
+    assert parallel_nodes() == DEFAULT_PARALLEL
+    monkeypatch.setenv("KRE_CRITEST_PARALLEL", "1")
+    assert parallel_nodes() == 1
+    for bad in ("0", "two", "-3", "99"):
+        monkeypatch.setenv("KRE_CRITEST_PARALLEL", bad)
+        with pytest.raises(ValueError, match=f"KRE_CRITEST_PARALLEL='{bad}'"):
+            parallel_nodes()
 
 
 def test_containerd_1_7_takes_the_registry_mirrors_in_its_version_2_config(tmp_path: Path) -> None:
