@@ -44,6 +44,13 @@ class Connection:
         return api_pb2.UpdateContainersResponse().SerializeToString()
 
 
+async def finish(sender: UpdateSender, connection: Connection, task: asyncio.Task[None]) -> None:
+    """The connection closes: the sender's loop ends."""
+    connection.closed.set()
+    sender.work.set()
+    await asyncio.wait_for(task, 30)
+
+
 def update(cid: str) -> api_pb2.ContainerUpdate:
     u = api_pb2.ContainerUpdate(container_id=cid)
     u.linux.resources.cpu.cpus = "0"
@@ -78,9 +85,7 @@ def test_updates_wait_for_the_runtimes_requests_and_a_quiet_period() -> None:
         assert sent_at - finished[0] >= QUIET  # not before the quiet period
         assert [u.container_id for u in request.update] == ["a"]
         assert runtime.confirmed_ids == ["a"] and swept == [True]
-        connection.closed.set()
-        sender.work.set()
-        await asyncio.wait_for(task, 30)
+        await finish(sender, connection, task)
 
     asyncio.run(scenario())
 
@@ -104,9 +109,7 @@ def test_a_request_in_the_quiet_period_starts_it_again() -> None:
         await sender.serving(event)(b"")  # another event: the quiet starts over
         await asyncio.wait_for(connection.arrived.wait(), 30)
         assert connection.calls[0][0] - seen[-1] >= QUIET
-        connection.closed.set()
-        sender.work.set()
-        await asyncio.wait_for(task, 30)
+        await finish(sender, connection, task)
 
     asyncio.run(scenario())
 
@@ -126,8 +129,6 @@ def test_a_container_between_start_and_post_start_holds_updates_back() -> None:
         await asyncio.wait_for(connection.arrived.wait(), 30)
         assert [u.container_id for u in connection.calls[0][1].update] == ["c"]
         assert connection.calls[0][0] >= closed_at
-        connection.closed.set()
-        sender.work.set()
-        await asyncio.wait_for(task, 30)
+        await finish(sender, connection, task)
 
     asyncio.run(scenario())
