@@ -30,6 +30,8 @@ class RuntimeResult:
             for n in sorted((d.passed ^ r.passed) - d.failed - r.failed)
         ]
         out += [f"  fails directly: {n}\n      {d.messages.get(n, '')}" for n in sorted(d.failed)]
+        out += [f"  passed at a second attempt directly: {n}" for n in sorted(d.retried)]
+        out += [f"  passed at a second attempt through the relay: {n}" for n in sorted(r.retried)]
         return out
 
 

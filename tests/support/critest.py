@@ -59,6 +59,9 @@ GROUPS: tuple[str, ...] = (
 # fewer processes (docs/testing.md, "critest through the relay"). KRE_CRITEST_PARALLEL overrides
 # it (1: critest alone, no ginkgo CLI).
 DEFAULT_PARALLEL = 2
+# Attempts a spec gets when critest runs in parallel: containerd 2.1's HostNetwork and attach
+# specs each failed once beside other specs (one side only) and pass alone.
+FLAKE_ATTEMPTS = 2
 
 
 def parallel_nodes() -> int:
@@ -151,6 +154,7 @@ class CritestResult:
     output: str = ""
     returncode: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # a failed spec's first lines
+    retried: set[str] = field(default_factory=set)  # passed, but not at the first attempt
 
     def named(self, state: str) -> set[str]:
         return {name for name, s in self.states.items() if s == state}
@@ -166,16 +170,25 @@ class CritestResult:
 
 def parse_report(path: Path) -> dict[str, str]:
     """ginkgo v2 JSON report -> spec name (containers and leaf text) -> state."""
-    return {name: state for name, (state, _) in _specs(path).items()}
+    return {name: state for name, (state, _, _) in _specs(path).items()}
 
 
 def failure_messages(path: Path) -> dict[str, str]:
     """ginkgo v2 JSON report -> spec name -> the start of its failure message (failed specs)."""
-    return {name: message for name, (_, message) in _specs(path).items() if message}
+    return {name: message for name, (_, message, _) in _specs(path).items() if message}
 
 
-def _specs(path: Path) -> dict[str, tuple[str, str]]:
-    specs: dict[str, tuple[str, str]] = {}
+def retried(path: Path) -> set[str]:
+    """ginkgo v2 JSON report -> the specs that passed at a later attempt than the first."""
+    return {
+        name
+        for name, (state, _, attempts) in _specs(path).items()
+        if attempts > 1 and state == "passed"
+    }
+
+
+def _specs(path: Path) -> dict[str, tuple[str, str, int]]:
+    specs: dict[str, tuple[str, str, int]] = {}
     for suite in json.loads(path.read_text()):
         for spec in suite.get("SpecReports") or ():
             if spec.get("LeafNodeType") != "It":
@@ -183,7 +196,7 @@ def _specs(path: Path) -> dict[str, tuple[str, str]]:
             name = " ".join([*spec.get("ContainerHierarchyTexts", ()), spec["LeafNodeText"]])
             failure = spec.get("Failure") or {}
             message = " ".join(str(failure.get("Message", "")).split())[:300]
-            specs[name] = (spec["State"], message)
+            specs[name] = (spec["State"], message, int(spec.get("NumAttempts") or 1))
     return specs
 
 
@@ -217,6 +230,7 @@ def run_critest_groups(
             if state != "skipped" or name not in merged.states:
                 merged.states[name] = state
         merged.messages.update(part.messages)
+        merged.retried |= part.retried
         merged.output += part.output
         merged.returncode = max(merged.returncode, part.returncode)
     return merged
@@ -251,7 +265,9 @@ def run_critest(
         *extra,
     ]
     if parallel > 1:
-        cmd.append(f"--parallel={parallel}")
+        # Specs beside each other on a 2-core machine: a failed one gets a second attempt
+        # (ginkgo's own retry; the report says how many it took, the summary names them).
+        cmd += [f"--parallel={parallel}", f"--ginkgo.flake-attempts={FLAKE_ATTEMPTS}"]
     if images_file is not None:
         cmd.append(f"--test-images-file={images_file}")
     if nri_socket is not None:
@@ -273,4 +289,6 @@ def run_critest(
     (out_dir / "critest.log").write_text(output)
     if not report.exists():
         raise RuntimeError(f"critest wrote no report (exit {done.returncode}):\n{output[-3000:]}")
-    return CritestResult(parse_report(report), output, done.returncode, failure_messages(report))
+    return CritestResult(
+        parse_report(report), output, done.returncode, failure_messages(report), retried(report)
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import images
-from tests.support.critest import DEFAULT_PARALLEL, parallel_nodes, parse_report
+from tests.support.critest import DEFAULT_PARALLEL, parallel_nodes, parse_report, retried
 from tests.support.critest_images import critest_images
 from tests.support.registry import UPSTREAMS, LocalRegistry, image_path
 from tests.support.runtimes import RELEASES, NriContainerd, render_config_v3
@@ -134,6 +134,13 @@ def test_a_ginkgo_report_is_read_as_spec_names_and_states(tmp_path: Path) -> Non
                         },
                         {
                             "LeafNodeType": "It",
+                            "ContainerHierarchyTexts": ["[k8s.io] Streaming", "attach"],
+                            "LeafNodeText": "should attach",
+                            "State": "passed",
+                            "NumAttempts": 2,
+                        },
+                        {
+                            "LeafNodeType": "It",
                             "ContainerHierarchyTexts": ["[k8s.io] Streaming", "exec"],
                             "LeafNodeText": "should exec",
                             "State": "failed",
@@ -146,8 +153,11 @@ def test_a_ginkgo_report_is_read_as_spec_names_and_states(tmp_path: Path) -> Non
     )
     assert parse_report(report) == {
         "[k8s.io] Image Manager should pull": "passed",
+        "[k8s.io] Streaming attach should attach": "passed",
         "[k8s.io] Streaming exec should exec": "failed",
     }
+    # Passed at its second attempt (critest in parallel retries a failed spec once): named.
+    assert retried(report) == {"[k8s.io] Streaming attach should attach"}
 
 
 def test_critest_nodes_come_from_kre_critest_parallel_and_a_bad_value_is_named(
