@@ -51,7 +51,6 @@ class RelayTransport(Transport):
         self.service: CRIService | None = None
         self.server: RelayServer | None = None
         self.handed_over = False
-        self.node: Node | None = None
 
     def worker(self, node: Node) -> EngineWorker:
         self.service = CRIService(EngineWorker(node.enforcer))
@@ -60,7 +59,6 @@ class RelayTransport(Transport):
     async def start(self, node: Node) -> Serving:
         service = self.service
         assert service is not None
-        self.node = node
 
         def route(path: str) -> str:
             return self.image_socket if path.startswith(IMAGE_SERVICE) else self.runtime_socket
@@ -119,23 +117,7 @@ class RelayTransport(Transport):
 
     async def stop_serving(self, grace_period: float) -> None:
         if self.server is not None:
-            # The path goes to the runtime as soon as the relay stops listening, not after the
-            # calls in flight: one of them may be kubelet's own stop of this container, which
-            # ends only when this process does, and kubelet would reach no runtime meanwhile.
-            await self.server.close(grace_period, stopped_listening=self._leave_path)
-
-    def _leave_path(self) -> None:
-        if self.node is not None and self._leaves_fallback_link(self.node):
-            handover.leave_fallback_link(self.relay_socket, self.runtime_socket)
-
-    def _leaves_fallback_link(self, node: Node) -> bool:
-        # Only an enforcer that was in charge: one that never took over leaves the path to
-        # whoever is (or the next one).
-        return (
-            not self.handed_over
-            and self.options.fallback_link
-            and (node.lock.held_once or node.store.lock_pending)
-        )
+            await self.server.close(grace_period)
 
     @property
     def restores_node(self) -> bool:
@@ -145,7 +127,9 @@ class RelayTransport(Transport):
         if self.handed_over:
             log.info("handed over; state saved in %s; idle until stopped", self.options.state_dir)
             await stop.wait()  # exiting now would make kubelet restart us, and take it back
-        elif self._leaves_fallback_link(node):  # when stop_serving could not (never served)
+        elif self.options.fallback_link and (node.lock.held_once or node.store.lock_pending):
+            # Only an enforcer that was in charge: one that never took over leaves the path to
+            # whoever is (or the next one).
             handover.leave_fallback_link(self.relay_socket, self.runtime_socket)
 
     def close(self) -> None:

@@ -149,11 +149,8 @@ class RelayServer:
         """The inode of the socket this server bound (-1 before it did)."""
         return self._socket_inode
 
-    async def close(
-        self, grace: float = 5.0, stopped_listening: Callable[[], None] | None = None
-    ) -> None:
-        """Stop accepting (then ``stopped_listening``, the socket file gone), GOAWAY every
-        connection, let calls finish for ``grace`` s, close."""
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting, GOAWAY every connection, let calls finish for ``grace`` s, close."""
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -161,8 +158,6 @@ class RelayServer:
                 # Only our own socket file: a successor may already listen on the same path.
                 if os.stat(self.socket_path).st_ino == self._socket_inode:
                     os.unlink(self.socket_path)
-            if stopped_listening is not None:
-                stopped_listening()
         for conn in list(self.conns):
             conn.drain()
         self.flush()
