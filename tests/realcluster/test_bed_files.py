@@ -203,9 +203,10 @@ def test_on_crio_the_relay_reaches_crios_socket_and_crio_keeps_to_the_beds_folde
     ds = rendered_daemonset("relay")
     ops = {op["path"].rsplit("/", 1)[-1]: op["value"] for op in deploy.enforcer_patch(ds, lay)}
     (socket_arg,) = [a for a in ops["args"] if a.startswith("--runtime-socket=")]
-    assert socket_arg == f"--runtime-socket={tmp_path}/crio/crio.sock"
+    assert socket_arg == f"--runtime-socket={tmp_path}/crio/sock/crio.sock"
     mounted = {m["mountPath"] for m in ops["volumeMounts"]}
-    assert str(lay.runtime_dir) in mounted  # the socket's folder is in the pod, same path
+    assert str(lay.runtime_socket.parent) in mounted  # the socket's folder, same path
+    assert str(lay.runtime_dir) not in mounted  # never CRI-O's root, with its storage
     argv, _ = runtime._crio(lay, "native")
     conf = (lay.runtime_dir / "crio.conf").read_text()
     assert argv[argv.index("--config") + 1] == str(lay.runtime_dir / "crio.conf")

@@ -75,7 +75,7 @@ def build_pause_image(pause_bin: Path) -> str:
 def _host_paths(lay: Layout) -> dict[str, str]:
     """Paths of a real node (deploy/'s defaults) -> the test bed's private ones."""
     return {
-        "/run/containerd": str(lay.runtime_dir),  # CRI-O's too, in the bed
+        "/run/containerd": str(lay.runtime_socket.parent),  # the runtime's socket folder
         "/run/resource-enforcer": str(lay.relay_dir),
         "/var/lib/resource-enforcer": str(lay.enforcer_state),
         "/var/run/nri": str(lay.nri_dir),

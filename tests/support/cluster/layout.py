@@ -108,6 +108,11 @@ class Layout:
 
     @property
     def runtime_socket(self) -> Path:
+        # CRI-O's in a folder of its own: the enforcer's pod mounts the socket's folder, and
+        # CRI-O refuses to bind-mount its own root (which holds its storage's mounts) into a pod
+        # from a private mount.
+        if self.runtime == "crio":
+            return self.runtime_dir / "sock" / "crio.sock"
         return self.runtime_dir / f"{self.runtime}.sock"
 
     @property

@@ -62,6 +62,7 @@ def _crio(lay: Layout, snapshotter: str) -> tuple[list[str], dict[str, str]]:
     folder = lay.runtime_dir
     driver = crio_driver(snapshotter)
     wrapper = write_crio_files(folder, driver, RUNC)
+    lay.runtime_socket.parent.mkdir(parents=True, exist_ok=True)
     (folder / "registries.conf").write_text("")  # no registry: every image is preloaded
     bins = crio_bin_dir()
     (folder / "crio.conf").write_text(
