@@ -32,6 +32,11 @@ class RuntimeResult:
         out += [f"  fails directly: {n}\n      {d.messages.get(n, '')}" for n in sorted(d.failed)]
         out += [f"  passed at a second attempt directly: {n}" for n in sorted(d.retried)]
         out += [f"  passed at a second attempt through the relay: {n}" for n in sorted(r.retried)]
+        out += [f"  failed beside others, passed alone, directly: {n}" for n in sorted(d.rechecked)]
+        out += [
+            f"  failed beside others, passed alone, through the relay: {n}"
+            for n in sorted(r.rechecked)
+        ]
         return out
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.critest.summary import RESULTS, RuntimeResult
-from tests.support.critest import run_critest_groups
+from tests.support.critest import recheck, run_critest_groups
 from tests.support.critest_bed import CritestBed
 
 # CRI-O 1.34 is not here yet (docs/testing.md, "CRI-O, as found here"): its bed runs, but the
@@ -64,6 +64,15 @@ def test_the_relay_passes_the_specs_the_runtime_passes(runtime: str, tmp_path: P
     with bed:
         direct = run_critest_groups(bed.direct, tmp_path / "direct", nri_socket=bed.nri_socket)
         relay = run_critest_groups(bed.relay, tmp_path / "relay", nri_socket=bed.nri_socket)
+        # A spec that failed on one side only, or directly without a known reason, ran beside
+        # others on a loaded 2-core machine: it runs again alone on that side (RECHECK_ROUNDS
+        # times at most) before it counts. CI once saw the OOMKilled spec fail directly, twice
+        # beside others, and pass through the relay.
+        known = set(DIRECT_FAILURES.get(runtime, {}))
+        suspect = (direct.failed & relay.passed) | (direct.failed - known)
+        recheck(direct, bed.direct, suspect, tmp_path / "direct", nri_socket=bed.nri_socket)
+        suspect = relay.failed & direct.passed
+        recheck(relay, bed.relay, suspect, tmp_path / "relay", nri_socket=bed.nri_socket)
         relay_log = bed.relay_process.log_tail(40) if bed.relay_process else ""
     RESULTS.append(RuntimeResult(runtime, direct, relay))
 
@@ -78,6 +87,5 @@ def test_the_relay_passes_the_specs_the_runtime_passes(runtime: str, tmp_path: P
         f"  pass through the relay, not directly: {only_relay}\n"
         f"relay log tail:\n{relay_log}"
     )
-    known = DIRECT_FAILURES.get(runtime, {})
     unexplained = sorted(name for name in direct.failed if name not in known)
     assert not unexplained, f"{runtime}: specs that fail directly here: {unexplained}"

@@ -155,6 +155,7 @@ class CritestResult:
     returncode: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # a failed spec's first lines
     retried: set[str] = field(default_factory=set)  # passed, but not at the first attempt
+    rechecked: set[str] = field(default_factory=set)  # failed in the run, passed alone after
 
     def named(self, state: str) -> set[str]:
         return {name for name, s in self.states.items() if s == state}
@@ -198,6 +199,51 @@ def _specs(path: Path) -> dict[str, tuple[str, str, int]]:
             message = " ".join(str(failure.get("Message", "")).split())[:300]
             specs[name] = (spec["State"], message, int(spec.get("NumAttempts") or 1))
     return specs
+
+
+# Times a spec that failed on one side only is run again alone (``recheck``) before that counts.
+RECHECK_ROUNDS = 2
+
+
+def focus_on(names: set[str]) -> str:
+    """A ``--ginkgo.focus`` regular expression (Go's RE2) matching the specs ``names`` (and any
+    spec whose name holds one of them)."""
+    return "|".join(
+        "(" + re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", name) + ")" for name in sorted(names)
+    )
+
+
+def recheck(
+    result: CritestResult,
+    endpoint: str,
+    names: set[str],
+    out_dir: Path,
+    *,
+    nri_socket: str | None = None,
+    rounds: int = RECHECK_ROUNDS,
+) -> None:
+    """Run the specs ``names``, which failed in ``result``, again alone against ``endpoint`` (one
+    ginkgo node, nothing beside them), up to ``rounds`` times each until it passes. A spec that
+    passes replaces its failure in ``result`` and is named in ``result.rechecked``; one that
+    fails every time keeps its failure, with the last message."""
+    left = set(names)
+    for i in range(rounds):
+        if not left:
+            return
+        part = run_critest(
+            endpoint,
+            out_dir / f"recheck{i}",
+            nri_socket=nri_socket,
+            extra=(f"--ginkgo.focus={focus_on(left)}",),
+        )
+        for name in sorted(left):
+            if part.states.get(name) == "passed":
+                result.states[name] = "passed"
+                result.messages.pop(name, None)
+                result.rechecked.add(name)
+                left.discard(name)
+            elif name in part.messages:
+                result.messages[name] = part.messages[name]
 
 
 def run_critest_groups(

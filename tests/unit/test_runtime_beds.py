@@ -6,14 +6,23 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.support import images
-from tests.support.critest import DEFAULT_PARALLEL, parallel_nodes, parse_report, retried
+from tests.support import critest, images
+from tests.support.critest import (
+    DEFAULT_PARALLEL,
+    CritestResult,
+    focus_on,
+    parallel_nodes,
+    parse_report,
+    recheck,
+    retried,
+)
 from tests.support.critest_images import critest_images
 from tests.support.registry import UPSTREAMS, LocalRegistry, image_path
 from tests.support.runtimes import RELEASES, NriContainerd, render_config_v3
@@ -158,6 +167,52 @@ def test_a_ginkgo_report_is_read_as_spec_names_and_states(tmp_path: Path) -> Non
     }
     # Passed at its second attempt (critest in parallel retries a failed spec once): named.
     assert retried(report) == {"[k8s.io] Streaming attach should attach"}
+
+
+OOM = "[k8s.io] Container OOM runtime should terminate with exitCode 137 (OOMKilled)"
+EXEC = "[k8s.io] Streaming exec should exec"
+
+
+def test_a_spec_name_becomes_a_focus_that_matches_it_and_not_its_neighbours() -> None:
+    focus = re.compile(focus_on({OOM, EXEC}))
+    # ginkgo matches the focus against the suite's description, a space, then the spec's name.
+    assert focus.search(f"CRI validation {OOM}")
+    assert focus.search(f"CRI validation {EXEC}")
+    # Brackets, dots and parentheses are literal: not a class, any character, a group.
+    assert not focus.search("[k8s.io] Container OOM runtime should terminate with exitCode 137 X")
+    assert not focus.search("k [k8sXio] Streaming exec should exec")
+    assert not focus.search("[k8s.io] Streaming exec should attach")
+
+
+def test_a_spec_failed_beside_others_passes_alone_or_keeps_its_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The runtime's answers, round by round: the OOM spec passes at the second alone run, the
+    # exec spec never does.
+    answers = iter(
+        [{OOM: "failed", EXEC: "failed"}, {OOM: "passed", EXEC: "failed"}, {EXEC: "failed"}]
+    )
+    focuses: list[str] = []
+
+    def alone(endpoint: str, out_dir: Path, **kw: object) -> CritestResult:
+        extra = kw["extra"]
+        assert isinstance(extra, tuple) and kw.get("parallel", 1) == 1
+        focus = extra[0].removeprefix("--ginkgo.focus=")
+        focuses.append(focus)
+        states = {n: s for n, s in next(answers).items() if re.search(focus, n)}
+        return CritestResult(states, messages={n: f"{n} round {len(focuses)}" for n in states})
+
+    monkeypatch.setattr(critest, "run_critest", alone)
+    result = CritestResult({OOM: "failed", EXEC: "failed", "other": "passed"})
+    recheck(result, "/run/x.sock", {OOM, EXEC}, tmp_path, rounds=3)
+    assert result.passed == {OOM, "other"}
+    assert result.failed == {EXEC}
+    assert result.rechecked == {OOM}
+    assert result.messages[EXEC] == f"{EXEC} round 3"
+    assert OOM not in result.messages
+    # Once passed, a spec is not run again: the third round focused on the exec spec alone.
+    assert len(focuses) == 3
+    assert re.search(focuses[2], EXEC) and not re.search(focuses[2], OOM)
 
 
 def test_critest_nodes_come_from_kre_critest_parallel_and_a_bad_value_is_named(
