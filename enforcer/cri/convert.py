@@ -7,6 +7,7 @@ container becomes a `LiveContainer`; a re-pin becomes an UpdateContainerResource
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import replace
 
 from enforcer.cri import api_pb2
@@ -24,8 +25,20 @@ def hide_class_annotations(request: api_pb2.CreateContainerRequest) -> None:
     itself, and refuses the container where it has no RDT of its own: the enforcer applies
     them, so the runtime does not get to see them."""
     for mapping in (request.sandbox_config.annotations, request.config.annotations):
-        for key in [k for k in mapping if is_runtime_class_key(k)]:
-            del mapping[key]
+        _drop_runtime_class_keys(mapping)
+
+
+def hide_sandbox_class_annotations(request: api_pb2.RunPodSandboxRequest) -> bool:
+    """CRI-O reads those annotations from the sandbox as RunPodSandbox gave them, not from
+    the CreateContainer that follows: they are hidden there too. True when any was."""
+    return _drop_runtime_class_keys(request.config.annotations)
+
+
+def _drop_runtime_class_keys(mapping: MutableMapping[str, str]) -> bool:
+    keys = [k for k in mapping if is_runtime_class_key(k)]
+    for key in keys:
+        del mapping[key]
+    return bool(keys)
 
 
 def kubelet_resources(res: api_pb2.LinuxContainerResources) -> KubeletResources:

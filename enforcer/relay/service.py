@@ -10,6 +10,7 @@ other calls meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -21,6 +22,7 @@ from enforcer.cri import api_pb2
 from enforcer.cri.convert import (
     container_create,
     hide_class_annotations,
+    hide_sandbox_class_annotations,
     kubelet_resources,
     live_container,
     record_of,
@@ -38,6 +40,10 @@ OK = grpc.StatusCode.OK.value[0]
 
 Interceptor = Callable[[Call], Awaitable[Forward | AnswerHere]]
 
+# Runtimes that read the beta-dialect class annotations from CreateContainer alone, never from
+# the sandbox's config (CRI-O reads them from the sandbox: they are hidden at RunPodSandbox too).
+SANDBOX_CLASSES_UNREAD = frozenset({"containerd"})
+
 # Complete listings that come within this long of one another are judged once, by the newest.
 LISTING_COALESCE_SECONDS = 0.1
 
@@ -52,9 +58,13 @@ class CRIService:
         # when it was asked for). A newer complete listing says all an older one does: asked
         # for later, it can prove more containers gone, and it shows the runtime as it is now.
         self._pending_listing: tuple[bytes, int] | None = None
+        # The runtime's name from its answer to Version (kubelet asks first), "" until then.
+        self.runtime_name = ""
 
     def intercepts(self) -> dict[str, Interceptor]:
         return {
+            RUNTIME + "Version": self.version,
+            RUNTIME + "RunPodSandbox": self.run_pod_sandbox,
             RUNTIME + "CreateContainer": self.create_container,
             RUNTIME + "StartContainer": self.start_container,
             RUNTIME + "UpdateContainerResources": self.update_container_resources,
@@ -65,6 +75,29 @@ class CRIService:
         }
 
     # -- container life cycle ----------------------------------------------------------------
+
+    async def version(self, call: Call) -> Forward | AnswerHere:
+        async def answered(response: Response) -> None:
+            if response.status == OK and response.message is not None:
+                with contextlib.suppress(Exception):  # a garbled answer: still unknown
+                    reply = api_pb2.VersionResponse.FromString(response.message)
+                    self.runtime_name = reply.runtime_name
+
+        return Forward(call.message, answered, hold=False)
+
+    async def run_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
+        # containerd reads the beta-dialect classes from CreateContainer only, where they are
+        # hidden, and keeps the sandbox's config as given: a lost state is rebuilt from it.
+        if self.runtime_name in SANDBOX_CLASSES_UNREAD:
+            return Forward(call.message)
+        request = _parse(api_pb2.RunPodSandboxRequest, call)
+        if isinstance(request, AnswerHere):
+            return request
+        # Any other runtime (CRI-O, or one not named yet) may read them from the sandbox. Its
+        # annotations reach the enforcer again with every CreateContainer.
+        if hide_sandbox_class_annotations(request):
+            return Forward(request.SerializeToString())
+        return Forward(call.message)
 
     async def create_container(self, call: Call) -> Forward | AnswerHere:
         request = _parse(api_pb2.CreateContainerRequest, call)

@@ -17,7 +17,6 @@ import pytest
 
 from tests.support.cgroupfs import thread_ids, throttle
 from tests.support.containerd import PrivateContainerd
-from tests.support.crio import expect_gap
 from tests.support.disks import whole_disk
 from tests.support.enforcer_process import EnforcerProcess
 from tests.support.fake_resctrl import FakeResctrl, ResctrlShape
@@ -115,12 +114,12 @@ def test_rdt_class_holds_the_containers_real_processes(setup, kubelet: KubeletEm
     assert (resctrl.root / "silver" / "schemata").read_text().strip() == "L3:0=f;1=f"
 
 
-def test_beta_dialect_classes_are_taken_over_from_containerd(
-    setup, kubelet: KubeletEmulator, containerd: PrivateContainerd, request: pytest.FixtureRequest
+def test_beta_dialect_classes_are_taken_over_from_the_runtime(
+    setup, kubelet: KubeletEmulator
 ) -> None:
-    expect_gap(request, containerd, "beta-dialect")
-    # containerd reads these annotations itself and would refuse the container ("RDT not
-    # initialized"): the enforcer applies the classes and keeps them from the runtime.
+    # containerd reads these annotations itself (from CreateContainer), CRI-O too (from the
+    # sandbox), and each would refuse the container ("RDT not initialized"): the enforcer
+    # applies the classes and keeps them from the runtime.
     _, resctrl, _ = setup
     pod = kubelet.run_pod(
         classy(

@@ -58,10 +58,6 @@ def crio_available() -> str | None:
 # What the relay does not do on CRI-O yet (docs/testing.md, "CRI-O, as found here"): a test that
 # meets one is an expected failure there (strict: it fails when it starts to pass).
 KNOWN_GAPS = {
-    "beta-dialect": (
-        "CRI-O reads the beta-dialect class annotations from the sandbox as RunPodSandbox gave "
-        "them, which the relay passes on unchanged ('RDT not initialized')"
-    ),
     "rebuild": (
         "CRI-O's verbose status carries no creation config (only runtimeSpec): a lost state "
         "cannot be rebuilt from it"

@@ -111,6 +111,10 @@ monitor_cgroup = "pod"
 
 [crio.image]
 pause_image = {q(pause_image)}
+# The pause image here is busybox's sleep (tests.support.images.PAUSE), not upstream's /pause:
+# CRI-O runs its entrypoint (an infra container runs only for a pod that shares its PID
+# namespace: critest's NamespaceOption specs).
+pause_command = ""
 signature_policy = {q(str(folder / "policy.json"))}
 
 [crio.network]
