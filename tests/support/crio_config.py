@@ -111,9 +111,8 @@ monitor_cgroup = "pod"
 
 [crio.image]
 pause_image = {q(pause_image)}
-# The pause image here is busybox's sleep (tests.support.images.PAUSE), not upstream's /pause:
-# CRI-O runs its entrypoint (an infra container runs only for a pod that shares its PID
-# namespace: critest's NamespaceOption specs).
+# The pause image here is a busybox shell (tests.support.images.PAUSE), not upstream's /pause:
+# with pause_command empty, CRI-O runs the image's entrypoint in a pod's infra container.
 pause_command = ""
 signature_policy = {q(str(folder / "policy.json"))}
 

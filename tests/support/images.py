@@ -68,9 +68,21 @@ class ImageSpec:
 
 
 BUSYBOX = ImageSpec(BUSYBOX_IMAGE, entrypoint=(), cmd=("sh",))
-# The pod sandbox ("pause") container only has to stay alive; busybox sleep does that. PID 1 in a
-# container ignores SIGTERM, which is fine: containerd stops sandboxes with SIGKILL.
-PAUSE = ImageSpec(PAUSE_IMAGE, entrypoint=("/bin/sleep", "2147483647"), cmd=())
+# The pod sandbox ("pause") container stays alive until told to stop, and stops at SIGTERM as
+# upstream's pause does: containerd stops a sandbox with SIGKILL, but CRI-O sends SIGTERM and
+# waits out the caller's deadline (minutes) for a PID 1 that ignores it, as busybox sleep does.
+# The shell waits on its sleep, so the trap runs at once; the sleep goes with it (with the host's
+# PID namespace the shell is not PID 1, and nothing else would end it).
+PAUSE = ImageSpec(
+    PAUSE_IMAGE,
+    entrypoint=(
+        "/bin/sh",
+        "-c",
+        "trap 'kill $s 2>/dev/null; exit 0' TERM INT; "
+        "while :; do sleep 2147483647 & s=$!; wait $s; done",
+    ),
+    cmd=(),
+)
 
 
 def find_busybox() -> str | None:
