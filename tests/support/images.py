@@ -43,10 +43,13 @@ _GROUP = (
 )
 _PGREP = "#!/bin/sh\nps -o pid,comm | awk -v p=\"$1\" 'NR > 1 && $2 ~ p {print $1}'\n"
 # critest's web server images: busybox httpd serving an index page on port $1, its pid file,
-# and a process named nginx (a script's name is its process name) for pidof and /proc/1.
+# and a process named nginx (a script's name is its process name) for pidof and /proc/1. It
+# stops at SIGTERM as nginx does (CRI-O stops a pod's containers with SIGTERM and waits out the
+# caller's deadline, minutes, for one that ignores it).
 _NGINX = (
     "#!/bin/sh\nmkdir -p /www /var/run\necho ok > /www/index.html\necho $$ > /var/run/nginx.pid\n"
-    'echo "httpd listening on :$1"\nhttpd -f -p "$1" -h /www\n'
+    "trap 'kill $h 2>/dev/null; exit 0' TERM INT QUIT\n"
+    'echo "httpd listening on :$1"\nhttpd -f -p "$1" -h /www & h=$!\nwait $h\n'
 )
 # A fixed timestamp keeps the layer (and so every digest) reproducible.
 _EPOCH = 0
