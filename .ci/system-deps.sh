@@ -31,6 +31,9 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+# CRI-O 1.34.0 panics on a pod with host ports when the nft program is missing (its hostport
+# manager calls a nil nftables manager: critest's port-mapping specs took CRI-O down).
+command -v nft >/dev/null || need+=(nftables)
 # tests/vm: the cgroup v2 test VM (tests/beds/vm/build.sh, tests/support/vm.py): QEMU's software
 # emulation, qemu-img for its overlay disks, mkfs.ext4 -d for its image, ssh into it.
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
