@@ -23,7 +23,14 @@ import pytest
 
 from tests.support import images
 from tests.support.containerd import ContainerdError
-from tests.support.crio_config import CONMON, crio_argv, crio_conf, crio_env, write_support_files
+from tests.support.crio_config import (
+    CONMON,
+    attach_dir,
+    crio_argv,
+    crio_conf,
+    crio_env,
+    write_support_files,
+)
 from tests.support.host_cleanup import pids
 from tests.support.registry import LocalRegistry, registry_available
 from tests.support.runtimes import NriContainerd
@@ -149,6 +156,7 @@ class PrivateCrio(NriContainerd):
         try:
             super().close()
         finally:
+            shutil.rmtree(attach_dir(self.workdir), ignore_errors=True)
             if self._own_registry:
                 self.registry.close()
 

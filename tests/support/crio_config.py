@@ -3,15 +3,17 @@ the runc wrapper, all below one folder; shared by the runtime matrix's PrivateCr
 cluster bed's CRI-O (``make cluster-up RUNTIME=crio``).
 
 Everything CRI-O would read from /etc or keep in /var is pointed into ``folder``: its storage
-root (``root``) and run root (``state``), logs, namespaces, exit files, attach sockets, runc
-root, NRI folders; the cgroupfs cgroup manager (a container's cgroup is ``<parent>/crio-<id>``),
-conmon in the pod's cgroup; NRI on, with containerd's defaults (5 s to register, 2 s a request).
-runc runs behind tests/support/crio_runc.py, which does what containerd's
-``restrict_oom_score_adj`` does (this machine lets no process lower its oom_score_adj).
+root (``root``) and run root (``state``), logs, namespaces, exit files, runc root, NRI folders
+(attach sockets go to a short folder of their own, ``attach_dir``); the cgroupfs cgroup manager
+(a container's cgroup is ``<parent>/crio-<id>``), conmon in the pod's cgroup; NRI on, with
+containerd's defaults (5 s to register, 2 s a request). runc runs behind
+tests/support/crio_runc.py, which does what containerd's ``restrict_oom_score_adj`` does (this
+machine lets no process lower its oom_score_adj).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,10 +27,20 @@ FOLDERS = (
     "nri/plugins",
     "nri/conf.d",
     "exits",
-    "attach",
     "ns",
     "logs",
 )
+
+
+# conmon's attach sockets, <dir>/<64-hex id>/attach: a unix socket path holds at most 107 bytes,
+# so they live in a short folder of their own, named after the bed's folder (a socket below a
+# pytest folder failed critest's attach spec: "connect: invalid argument").
+ATTACH_ROOT = Path("/run/kre-attach")
+
+
+def attach_dir(folder: Path) -> Path:
+    """The attach sockets' folder of the CRI-O in ``folder``."""
+    return ATTACH_ROOT / hashlib.sha256(str(folder).encode()).hexdigest()[:12]
 
 
 def write_support_files(folder: Path, driver: str, runc: str) -> Path:
@@ -36,6 +48,7 @@ def write_support_files(folder: Path, driver: str, runc: str) -> Path:
     the wrapper's path (crio.conf's ``runtime_path``)."""
     for d in FOLDERS:
         (folder / d).mkdir(parents=True, exist_ok=True)
+    attach_dir(folder).mkdir(parents=True, exist_ok=True)
     (folder / "storage.conf").write_text(storage_conf(folder, driver))
     (folder / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
     wrapper = folder / "runc-restricted"
@@ -95,7 +108,7 @@ conmon_cgroup = "pod"
 pinns_path = {q(pinns)}
 namespaces_dir = {q(str(folder / "ns"))}
 container_exits_dir = {q(str(folder / "exits"))}
-container_attach_socket_dir = {q(str(folder / "attach"))}
+container_attach_socket_dir = {q(str(attach_dir(folder)))}
 hooks_dir = []
 selinux = false
 apparmor_profile = ""

@@ -383,6 +383,7 @@ class Cluster:
         node.kill_all(node.descendants(shims))
         node.kill_all(shims)
         procs.stop(lay, rt.process_name(lay))
+        rt.forget(lay)
         for name in COMPONENTS[2:]:
             procs.stop(lay, name)
         node.remove_service_rules()

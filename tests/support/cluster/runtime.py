@@ -11,6 +11,7 @@ with skopeo, as an operator preloads a node's images.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.support import images as test_images
 from tests.support.cluster import components as comp
 from tests.support.cluster import configs, procs
 from tests.support.cluster.layout import CNI_BIN_DIR, PAUSE_IMAGE, RUNC, Layout
-from tests.support.crio_config import crio_argv, crio_conf, crio_env, storage_reference
+from tests.support.crio_config import attach_dir, crio_argv, crio_conf, crio_env, storage_reference
 from tests.support.crio_config import write_support_files as write_crio_files
 
 
@@ -56,6 +57,13 @@ def start(lay: Layout, bins: dict[str, Path], snapshotter: str) -> None:
         60,
         log=lay.log(name),
     )
+
+
+def forget(lay: Layout) -> None:
+    """Remove what the runtime keeps outside the cluster's folder (CRI-O's attach sockets'
+    folder), once it is stopped."""
+    if lay.runtime == "crio":
+        shutil.rmtree(attach_dir(lay.runtime_dir), ignore_errors=True)
 
 
 def _crio(lay: Layout, snapshotter: str) -> tuple[list[str], dict[str, str]]:
