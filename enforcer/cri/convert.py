@@ -7,8 +7,10 @@ container becomes a `LiveContainer`; a re-pin becomes an UpdateContainerResource
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+import posixpath
+from collections.abc import Mapping, MutableMapping
 from dataclasses import replace
+from typing import Any
 
 from enforcer.cri import api_pb2
 from enforcer.decode import ContainerCreate, KubeletResources
@@ -129,6 +131,48 @@ def update_request(
     return api_pb2.UpdateContainerResourcesRequest(
         container_id=container_id, linux=resources_message(repinned(record, pinning))
     )
+
+
+def request_from_statuses(
+    sandbox: api_pb2.PodSandboxStatus, container: api_pb2.ContainerStatus, spec: Mapping[str, Any]
+) -> api_pb2.CreateContainerRequest | None:
+    """The CreateContainer a running container was made with, rebuilt from what a runtime whose
+    verbose status carries no creation config (CRI-O) does report: the sandbox's and the
+    container's status (metadata, labels, annotations, the resources applied) and the cgroup
+    parent from the OCI spec's ``cgroupsPath``. The cpuset is left empty: the status has the one
+    applied, not kubelet's; CDI devices are not reported. None without the pod's metadata or
+    the container's resources."""
+    if not sandbox.metadata.uid or not container.HasField("resources"):
+        return None
+    if not container.resources.HasField("linux"):
+        return None
+    request = api_pb2.CreateContainerRequest(pod_sandbox_id=sandbox.id)
+    box = request.sandbox_config
+    box.metadata.CopyFrom(sandbox.metadata)
+    box.labels.update(sandbox.labels)
+    box.annotations.update(sandbox.annotations)
+    box.linux.cgroup_parent = cgroup_parent(spec)
+    config = request.config
+    config.metadata.CopyFrom(container.metadata)
+    config.labels.update(container.labels)
+    config.annotations.update(container.annotations)
+    config.linux.resources.CopyFrom(container.resources.linux)
+    config.linux.resources.cpuset_cpus = ""
+    config.linux.resources.cpuset_mems = ""
+    return request
+
+
+def cgroup_parent(spec: Mapping[str, Any]) -> str:
+    """The pod's cgroup from a container's OCI ``cgroupsPath``: the folder above it (cgroupfs,
+    ``/kubepods/burstable/pod<uid>/crio-<id>``) or the slice (systemd,
+    ``kubepods-burstable-pod<uid>.slice:crio:<id>``); "" when the spec has none."""
+    linux = spec.get("linux")
+    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
+    if not isinstance(path, str) or not path:
+        return ""
+    if ":" in path:
+        return path.split(":", 1)[0]
+    return posixpath.dirname(path.rstrip("/"))
 
 
 def live_container(c: api_pb2.Container) -> LiveContainer:

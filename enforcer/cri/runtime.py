@@ -18,6 +18,7 @@ from enforcer.cri.convert import (
     live_container,
     record_of,
     repinned,
+    request_from_statuses,
     update_request,
 )
 from enforcer.cri.status import AWAY
@@ -74,22 +75,26 @@ class CriRuntime:
 
     def recorded(self, container: LiveContainer) -> Recorded | None:
         try:
-            sandbox = self.sandbox_config(container.sandbox_id)
-            config, spec = self.container_config(container.id)
+            box_status, box_config = self._sandbox(container.sandbox_id)
+            status, config, spec = self._container(container.id)
         except grpc.RpcError as exc:
             failure = _failure(exc, f"status of container {container.id}")
             if isinstance(failure, RuntimeAway):
                 raise failure from None
             return None
-        if sandbox is None or config is None:
+        if box_config is not None and config is not None:
+            request: api_pb2.CreateContainerRequest | None = api_pb2.CreateContainerRequest(
+                pod_sandbox_id=container.sandbox_id, config=config, sandbox_config=box_config
+            )
+        else:
+            # CRI-O: no creation config in its verbose status; the statuses say enough.
+            request = request_from_statuses(box_status, status, spec)
+        if request is None:
             return None
-        request = api_pb2.CreateContainerRequest(
-            pod_sandbox_id=container.sandbox_id, config=config, sandbox_config=sandbox
-        )
         current = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
         return Recorded(
             create=container_create(request),
-            resources=record_of(config.linux.resources),
+            resources=record_of(request.config.linux.resources),
             running_cpus=current.get("cpus", "") or "",
             running_mems=current.get("mems", "") or "",
         )
@@ -101,21 +106,28 @@ class CriRuntime:
             return {}
         return info if isinstance(info, dict) else {}
 
-    def sandbox_config(self, sandbox_id: str) -> api_pb2.PodSandboxConfig | None:
-        """The config the sandbox was created with, from containerd's verbose status."""
+    def _sandbox(
+        self, sandbox_id: str
+    ) -> tuple[api_pb2.PodSandboxStatus, api_pb2.PodSandboxConfig | None]:
+        """The sandbox's status, and the config it was created with (containerd's verbose
+        status has it; None when absent)."""
         reply = self._stub.PodSandboxStatus(
             api_pb2.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id, verbose=True),
             timeout=self.timeout,
         )
         config = self._verbose_info(reply).get("config")
         if not isinstance(config, dict):
-            return None
-        return json_format.ParseDict(config, api_pb2.PodSandboxConfig(), ignore_unknown_fields=True)
+            return reply.status, None
+        parsed = json_format.ParseDict(
+            config, api_pb2.PodSandboxConfig(), ignore_unknown_fields=True
+        )
+        return reply.status, parsed
 
-    def container_config(
+    def _container(
         self, container_id: str
-    ) -> tuple[api_pb2.ContainerConfig | None, dict[str, Any]]:
-        """The config a container was created with, and its OCI runtime spec (verbose status)."""
+    ) -> tuple[api_pb2.ContainerStatus, api_pb2.ContainerConfig | None, dict[str, Any]]:
+        """The container's status, the config it was created with (None when the verbose
+        status has none) and its OCI runtime spec."""
         reply = self._stub.ContainerStatus(
             api_pb2.ContainerStatusRequest(container_id=container_id, verbose=True),
             timeout=self.timeout,
@@ -125,8 +137,8 @@ class CriRuntime:
         spec: dict[str, Any] = found if isinstance(found, dict) else {}
         config = info.get("config")
         if not isinstance(config, dict):
-            return None, spec
+            return reply.status, None, spec
         parsed = json_format.ParseDict(
             config, api_pb2.ContainerConfig(), ignore_unknown_fields=True
         )
-        return parsed, spec
+        return reply.status, parsed, spec

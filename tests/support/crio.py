@@ -19,8 +19,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.support import images
 from tests.support.containerd import ContainerdError
 from tests.support.crio_config import (
@@ -60,22 +58,6 @@ def crio_available() -> str | None:
     if os.geteuid() != 0:
         return f"CRI-O and runc need root (running as uid {os.geteuid()})"
     return registry_available()
-
-
-# What the relay does not do on CRI-O yet (docs/testing.md, "CRI-O, as found here"): a test that
-# meets one is an expected failure there (strict: it fails when it starts to pass).
-KNOWN_GAPS = {
-    "rebuild": (
-        "CRI-O's verbose status carries no creation config (only runtimeSpec): a lost state "
-        "cannot be rebuilt from it"
-    ),
-}
-
-
-def expect_gap(request: pytest.FixtureRequest, runtime: object, gap: str) -> None:
-    """Mark the running test an expected failure (strict) when ``runtime`` is CRI-O."""
-    if isinstance(runtime, PrivateCrio):
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[gap], strict=True))
 
 
 class PrivateCrio(NriContainerd):
