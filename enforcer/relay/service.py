@@ -63,7 +63,6 @@ class CRIService:
 
     def intercepts(self) -> dict[str, Interceptor]:
         return {
-            RUNTIME + "Version": self.version,
             RUNTIME + "RunPodSandbox": self.run_pod_sandbox,
             RUNTIME + "CreateContainer": self.create_container,
             RUNTIME + "StartContainer": self.start_container,
@@ -75,15 +74,6 @@ class CRIService:
         }
 
     # -- container life cycle ----------------------------------------------------------------
-
-    async def version(self, call: Call) -> Forward | AnswerHere:
-        async def answered(response: Response) -> None:
-            if response.status == OK and response.message is not None:
-                with contextlib.suppress(Exception):  # a garbled answer: still unknown
-                    reply = api_pb2.VersionResponse.FromString(response.message)
-                    self.runtime_name = reply.runtime_name
-
-        return Forward(call.message, answered, hold=False)
 
     async def run_pod_sandbox(self, call: Call) -> Forward | AnswerHere:
         # containerd reads the beta-dialect classes from CreateContainer only, where they are
@@ -224,7 +214,19 @@ class CRIService:
 
     def taps(self) -> dict[str, TapFactory]:
         """Calls watched without being held up: kubelet relists every second."""
-        return {RUNTIME + "ListContainers": self.list_containers_tap}
+        return {
+            RUNTIME + "ListContainers": self.list_containers_tap,
+            RUNTIME + "Version": self.version_tap,
+        }
+
+    def version_tap(self) -> Tap:
+        def answered(request: bytes, response: Response) -> None:
+            if response.status == OK and response.message is not None:
+                with contextlib.suppress(Exception):  # a garbled answer: the name stays
+                    reply = api_pb2.VersionResponse.FromString(response.message)
+                    self.runtime_name = reply.runtime_name
+
+        return answered
 
     def list_containers_tap(self) -> Tap:
         # Only a listing asked for after a container was bound can prove it gone: a creation

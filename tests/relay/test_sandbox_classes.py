@@ -36,10 +36,9 @@ def forwarded(answer: Forward | AnswerHere) -> dict[str, str]:
 
 
 async def told_version(service: CRIService, name: str) -> None:
-    answer = await service.version(Call(RUNTIME + "Version", [], b""))
-    assert isinstance(answer, Forward) and answer.on_response is not None
+    tap = service.taps()[RUNTIME + "Version"]()
     reply = api_pb2.VersionResponse(runtime_name=name, runtime_version="1")
-    await answer.on_response(Response(0, "", reply.SerializeToString()))
+    tap(b"", Response(0, "", reply.SerializeToString()))
 
 
 def on_service(tmp_path: Path, body) -> None:  # type: ignore[no-untyped-def]
@@ -74,10 +73,9 @@ def test_containerd_keeps_them_in_the_sandbox_it_rebuilds_a_lost_state_from(
         answer = await service.run_pod_sandbox(call)
         assert isinstance(answer, Forward) and answer.message == call.message
         # A failed or garbled Version answer leaves the name as it was.
-        answer_v = await service.version(Call(RUNTIME + "Version", [], b""))
-        assert isinstance(answer_v, Forward) and answer_v.on_response is not None
-        await answer_v.on_response(Response(0, "", b"\xff\xff"))
-        await answer_v.on_response(Response(14, "unavailable", None))
+        tap = service.taps()[RUNTIME + "Version"]()
+        tap(b"", Response(0, "", b"\xff\xff"))
+        tap(b"", Response(14, "unavailable", None))
         assert service.runtime_name == "containerd"
 
     on_service(tmp_path, body)
