@@ -198,6 +198,7 @@ def test_on_crio_the_relay_reaches_crios_socket_and_crio_keeps_to_the_beds_folde
     tmp_path: Path,
 ) -> None:
     from tests.support.cluster import runtime
+    from tests.support.crio_config import attach_dir
 
     lay = Layout(tmp_path, runtime="crio")
     ds = rendered_daemonset("relay")
@@ -219,6 +220,14 @@ def test_on_crio_the_relay_reaches_crios_socket_and_crio_keeps_to_the_beds_folde
         assert f'\n{key} = "{value}"\n' in conf, key
     assert 'cgroup_manager = "cgroupfs"' in conf  # as kubelet's cgroupDriver
     assert f'cdi_spec_dirs = ["{lay.cdi_dir}"]' in conf
-    # Nothing of CRI-O's points outside the bed's folder but its programs and the CNI plugins.
-    for path in re.findall(r'"(/[^"]*)"', conf):
-        assert path.startswith((str(tmp_path), "/usr/")) or "/crio-" in path, path
+    # Nothing of CRI-O's points outside the bed's folder but its programs, the CNI plugins and
+    # the attach sockets' short folder, whose socket paths stay under the 107-byte limit.
+    attach = attach_dir(lay.runtime_dir)
+    try:
+        assert f'container_attach_socket_dir = "{attach}"' in conf
+        assert len(f"{attach}/{'f' * 64}/attach") <= 107
+        for path in re.findall(r'"(/[^"]*)"', conf):
+            assert path.startswith((str(tmp_path), "/usr/", str(attach))) or "/crio-" in path, path
+    finally:
+        runtime.forget(lay)
+    assert not attach.exists()
