@@ -43,6 +43,19 @@ SKIPS: dict[str, str] = {
 }
 
 
+# Runtime -> spec (a regular expression, as in SKIPS) -> why it is not run on that runtime here:
+# a spec that fails on the runtime itself only after a long wait.
+RUNTIME_SKIPS: dict[str, dict[str, str]] = {
+    "crio1.34": {
+        r"should support port mapping with host port and container port": (
+            "critest dials the host port on 127.0.0.1 for 60 s, each way; CRI-O's own host-port "
+            "rules (nftables, not the CNI portmap plugin containerd uses) do not answer there "
+            "on this machine"
+        ),
+    },
+}
+
+
 # critest opens two gRPC connections (runtime and image service) for every spec and closes none
 # until it exits; the relay serves at most 128 connections at once (enforcer/relay/h2/
 # downstream.py, a bound against floods: docs/security.md) and refuses more. kubelet holds a
@@ -254,16 +267,17 @@ def run_critest_groups(
     nri_socket: str | None = None,
     parallel: int | None = None,
     groups: tuple[str, ...] = GROUPS,
+    more_skips: tuple[str, ...] = (),
 ) -> CritestResult:
-    """Every spec but ``SKIPS``, in ``groups`` (one critest run each, of ``parallel`` ginkgo
-    nodes, ``parallel_nodes()`` unless given); the results merged."""
+    """Every spec but ``SKIPS`` (and ``more_skips``), in ``groups`` (one critest run each, of
+    ``parallel`` ginkgo nodes, ``parallel_nodes()`` unless given); the results merged."""
     parallel = parallel_nodes() if parallel is None else parallel
     merged = CritestResult()
     for i in range(len(groups) + 1):
         if i < len(groups):
-            focus, skip = (f"--ginkgo.focus={groups[i]}",), ()
+            focus, skip = (f"--ginkgo.focus={groups[i]}",), more_skips
         else:
-            focus, skip = (), groups
+            focus, skip = (), (*groups, *more_skips)
         part = run_critest(
             endpoint,
             out_dir / f"group{i}",
