@@ -126,6 +126,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# ssh's own exit code when it could not run the command (no connection, or one lost).
+SSH_FAILED = 255
+# How long a command that can run twice is retried while ssh cannot reach the VM (s).
+RECONNECT = 300.0
+
+
 @dataclass
 class VM:
     """A booted (or bootable) VM whose run folder is ``run``."""
@@ -149,17 +155,27 @@ class VM:
         return [
             "ssh", "-q", "-i", str(self.image / "id_ed25519"), "-p", str(self.port),
             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
+            # A VM at nice 19 beside a busy host can stall for a minute: ssh waits 60 s for the
+            # banner and 5 minutes of unanswered keepalives before it gives up.
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=60", "-o", "ServerAliveInterval=15",
+            "-o", "ServerAliveCountMax=20",
             "root@127.0.0.1", command,
         ]  # fmt: skip
 
     def exec(
-        self, command: str, *, timeout: float = 600.0, check: bool = False
+        self, command: str, *, timeout: float = 600.0, check: bool = False, reconnect: float = 0
     ) -> subprocess.CompletedProcess[str]:
-        """Runs ``command`` as root in the VM (a shell command line); output captured."""
-        done = subprocess.run(
-            self.ssh_command(command), capture_output=True, text=True, timeout=timeout
-        )
+        """Runs ``command`` as root in the VM (a shell command line); output captured. With
+        ``reconnect``, a command ssh could not run (exit 255: no connection, or one dropped)
+        is run again for that many seconds: only for commands that can run twice."""
+        deadline = time.monotonic() + reconnect
+        while True:
+            done = subprocess.run(
+                self.ssh_command(command), capture_output=True, text=True, timeout=timeout
+            )
+            if done.returncode != SSH_FAILED or time.monotonic() >= deadline:
+                break
+            time.sleep(5)
         if check and done.returncode != 0:
             raise VMError(
                 f"in the VM, `{command}` exited {done.returncode}: "
@@ -187,7 +203,29 @@ class VM:
 
     def read(self, path: str) -> str:
         """A file's text in the VM (cgroup and sysfs files)."""
-        return self.exec(f"cat {shlex.quote(path)}", check=True, timeout=60).stdout
+        return self.exec(
+            f"cat {shlex.quote(path)}", check=True, timeout=120, reconnect=RECONNECT
+        ).stdout
+
+    def run_detached(self, command: str, *, timeout: float, poll: float = 10.0) -> tuple[int, str]:
+        """Runs a long ``command`` in the VM apart from any ssh connection (``setsid``, its
+        output to a file) and waits for its end by polling: a dropped connection (a starved VM
+        misses ssh's keepalives) costs a poll, not the run. Its exit code and output."""
+        tag = f"/tmp/kre-detached-{os.getpid()}-{time.monotonic_ns()}"
+        inner = f"{{ {command}; }} > {tag}.out 2>&1; echo $? > {tag}.rc"
+        self.exec(
+            f"setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &",
+            check=True,
+            timeout=120,
+            reconnect=RECONNECT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            probe = self.exec(f"cat {tag}.rc 2>/dev/null", timeout=120)
+            if probe.returncode == 0 and probe.stdout.strip().isdigit():
+                return int(probe.stdout.strip()), self.read(f"{tag}.out")
+            time.sleep(poll)
+        raise VMError(f"in the VM, `{command}` did not end within {timeout:.0f} s")
 
     def reachable(self) -> bool:
         try:

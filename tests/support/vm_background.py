@@ -173,13 +173,11 @@ class Background:
             if self.stopping.is_set():  # the session ended while it booted
                 raise VMBackgroundError("the session ended before the subset could run")
             start = time.monotonic()
-            done = out.vm.exec(inside_command(), timeout=scaled(RUN_WAIT))
-            out.output = done.stdout
+            # Detached from the ssh connection: under a busy host the VM (nice 19) can stall
+            # past ssh's keepalives, which once ended a whole CI run's subset.
+            code, out.output = out.vm.run_detached(inside_command(), timeout=scaled(RUN_WAIT))
             took = time.monotonic() - start
-            say(
-                f"background: the subset's run in the VM ended (exit {done.returncode}) "
-                f"in {took:.0f} s"
-            )
+            say(f"background: the subset's run in the VM ended (exit {code}) in {took:.0f} s")
             out.report = out.vm.read(REPORT)
         except Exception as e:  # any failure is the tests' to report, with its log
             out.error = f"{e}\n{traceback.format_exc()}"
