@@ -213,8 +213,11 @@ class VM:
         misses ssh's keepalives) costs a poll, not the run. Its exit code and output."""
         tag = f"/tmp/kre-detached-{os.getpid()}-{time.monotonic_ns()}"
         inner = f"{{ {command}; }} > {tag}.out 2>&1; echo $? > {tag}.rc"
+        # Started once, even when ssh drops after starting it and the launch is run again.
         self.exec(
-            f"setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &",
+            f"mkdir {tag}.started 2>/dev/null && "
+            f"{{ setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 & }}; "
+            f"test -d {tag}.started",
             check=True,
             timeout=120,
             reconnect=RECONNECT,
