@@ -8,11 +8,21 @@ sockets than NUMA nodes) are the policy's, at construction.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from resource_contract.config import NodeResourceTopologyConfig
     from resource_contract.policy_config import PolicyConfig
+
+
+class TopologyAdvert(Protocol):
+    """What `nodeResourceTopology` tells the scheduler: the fields these checks read."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def topologyManagerPolicy(self) -> str | None: ...
+
 
 # Configuration key -> kubelet's option name.
 KUBELET_OPTIONS: dict[str, str] = {
@@ -35,9 +45,7 @@ _EXCLUSIVE_PAIRS = (
 _POLICIES = ("static", "topology-aware")
 
 
-def kubelet_option_problems(
-    policy: PolicyConfig, topology_config: NodeResourceTopologyConfig
-) -> list[str]:
+def kubelet_option_problems(policy: PolicyConfig, topology_config: TopologyAdvert) -> list[str]:
     """One `policy.KEY: reason` line per kubelet option set where it cannot be honoured."""
     devices = (
         [

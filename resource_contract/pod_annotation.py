@@ -36,7 +36,7 @@ from resource_contract.cpu_classes import (
     resolve_cpu_class,
     validate_cpu_class_annotations,
 )
-from resource_contract.pod_resources import PodContainer, pod_level_qos
+from resource_contract.pod_resources import PodContainer, QoSClass, pod_level_qos
 from resource_contract.preferences import (
     PreferenceAccess,
     PreferenceError,
@@ -44,7 +44,7 @@ from resource_contract.preferences import (
     check_preference_access,
     validate_preference_annotations,
 )
-from resource_contract.qos import QoSClass, qos_of_containers
+from resource_contract.qos import qos_of_containers
 from resource_contract.quantities import parse_quantity
 from resource_contract.task_classes import TaskClassSettings, validate_task_class_annotations
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from resource_contract.quantities import parse_quantity
 
-if TYPE_CHECKING:  # resource_contract.qos builds on this module
-    from resource_contract.qos import QoSClass
+# A pod's QoS class, as kubelet names it (resource_contract.qos builds on this module).
+QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 
 QOS_RESOURCES = ("cpu", "memory")
 HUGEPAGES_PREFIX = "hugepages-"

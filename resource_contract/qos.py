@@ -8,12 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
-from resource_contract.pod_resources import pod_level_qos, requirements_qos, spec_containers
+from resource_contract.pod_resources import (
+    QoSClass,
+    pod_level_qos,
+    requirements_qos,
+    spec_containers,
+)
 from resource_contract.quantities import parse_quantity
 
-QoSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 _QOS_RESOURCES = ("cpu", "memory")
 _ZERO = Decimal(0)
 

@@ -39,8 +39,7 @@ from resource_contract.pod_annotation import (
     quantity_denial,
     quantity_text,
 )
-from resource_contract.pod_resources import PodContainer, pod_level_qos
-from resource_contract.qos import QoSClass
+from resource_contract.pod_resources import PodContainer, QoSClass, pod_level_qos
 from resource_contract.quantities import PARSED, parse_quantity
 from webhook.cache import DEFAULT_CACHE_BYTES, ByteLRU, SeenBefore, deep_size
 from webhook.shapes import PodS, PodSpecS

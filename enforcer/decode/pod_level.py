@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from enforcer.decode.kubelet import PodLevel, container_numbers, pod_level_numbers
 from resource_contract.pod_resources import (
     PodContainer,
+    QoSClass,
     container_requests,
     default_pod_resources,
     pod_level_set,
     requirements_qos,
 )
-from resource_contract.qos import QoSClass
 from resource_contract.quantities import int_value, milli_value
 from resource_contract.resources import ContainerResources, ResourcesAnnotation
 

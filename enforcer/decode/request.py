@@ -42,6 +42,7 @@ from resource_contract.cpu_classes import (
     validate_cpu_class_annotations,
 )
 from resource_contract.keys import RESOURCES_KEYS
+from resource_contract.pod_resources import QoSClass
 from resource_contract.preferences import (
     PreferenceError,
     PreferenceForbidden,
@@ -49,7 +50,7 @@ from resource_contract.preferences import (
     resolve_preference,
     validate_preference_annotations,
 )
-from resource_contract.qos import QoSClass, qos_from_cgroup_parent
+from resource_contract.qos import qos_from_cgroup_parent
 from resource_contract.quantities import int_value, milli_value
 from resource_contract.resources import ResourcesAnnotation, ResourcesAnnotationError
 from resource_contract.task_classes import validate_task_class_annotations
