@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.vm_hang import hang_reason, last_write, threads
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "tests" / "beds" / "vm" / "build.sh"
 # The emulated machine: CPUs 0-1 are socket 0's core's two threads (NUMA node 0), 2-3 socket 1's.
@@ -54,6 +56,10 @@ def shares(extra: tuple[Path, ...] = ()) -> list[Path]:
 
 class VMError(RuntimeError):
     """The VM could not be built, booted or reached."""
+
+
+class VMHung(VMError):
+    """The VM has neither answered ssh nor written its disks for long: hung, not slow."""
 
 
 def say(message: str) -> None:
@@ -87,7 +93,7 @@ def qemu_command(
         ]
     append = (
         "root=LABEL=kreroot rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 "
-        "cgroup_no_v1=all net.ifnames=1 quiet"
+        "cgroup_no_v1=all net.ifnames=1 loglevel=5"
     )
     return [
         *(["nice", "-n", "19"] if nice else []),
@@ -207,10 +213,14 @@ class VM:
             f"cat {shlex.quote(path)}", check=True, timeout=120, reconnect=RECONNECT
         ).stdout
 
-    def run_detached(self, command: str, *, timeout: float, poll: float = 10.0) -> tuple[int, str]:
+    def run_detached(
+        self, command: str, *, timeout: float, poll: float = 10.0, hang_after: float | None = None
+    ) -> tuple[int, str]:
         """Runs a long ``command`` in the VM apart from any ssh connection (``setsid``, its
         output to a file) and waits for its end by polling: a dropped connection (a starved VM
-        misses ssh's keepalives) costs a poll, not the run. Its exit code and output."""
+        misses ssh's keepalives) costs a poll, not the run. Its exit code and output. With
+        ``hang_after``: VMHung once the VM has neither answered ssh nor written its disks for
+        that many seconds (tests/support/vm_hang.py)."""
         tag = f"/tmp/kre-detached-{os.getpid()}-{time.monotonic_ns()}"
         inner = f"{{ {command}; }} > {tag}.out 2>&1; echo $? > {tag}.rc"
         # Started once, even when ssh drops after starting it and the launch is run again.
@@ -223,10 +233,21 @@ class VM:
             reconnect=RECONNECT,
         )
         deadline = time.monotonic() + timeout
+        last_reply = time.time()
         while time.monotonic() < deadline:
-            probe = self.exec(f"cat {tag}.rc 2>/dev/null", timeout=120)
+            try:
+                probe = self.exec(f"cat {tag}.rc 2>/dev/null", timeout=120)
+            except subprocess.TimeoutExpired:  # connected, then no answer: as no connection
+                probe = subprocess.CompletedProcess([], SSH_FAILED, "", "")
+            if probe.returncode != SSH_FAILED:
+                last_reply = time.time()
             if probe.returncode == 0 and probe.stdout.strip().isdigit():
                 return int(probe.stdout.strip()), self.read(f"{tag}.out")
+            if hang_after is not None:
+                why = hang_reason(time.time(), last_reply, last_write(self.run), hang_after)
+                if why is not None:
+                    pid = self.pid()
+                    raise VMHung(f"{why}; QEMU's threads: {threads(pid) if pid else 'none'}")
             time.sleep(poll)
         raise VMError(f"in the VM, `{command}` did not end within {timeout:.0f} s")
 

@@ -33,7 +33,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.slow import scaled
-from tests.support.vm import REPO, VM, say
+from tests.support.vm import REPO, VM, VMHung, say
+from tests.support.vm_hang import hang_seconds
 
 RUNS = REPO / ".vm-test"
 # module -> the cases of it that run in the VM, each on the VM's containerd 2.4 (RUNTIME). Chosen
@@ -66,6 +67,8 @@ REPORT = "/tmp/kre-vm-junit.xml"
 # subset some 9; the host's own work may slow both several times over.
 BOOT_WAIT = 3600.0
 RUN_WAIT = 2 * 3600.0
+# Boots after a hang (tests/support/vm_hang.py) before the run fails with it.
+MAX_HANG_REBOOTS = 1
 
 
 def node_ids() -> list[str]:
@@ -132,6 +135,7 @@ class Outcome:
     output: str = ""
     report: str | None = None
     error: str = ""
+    hangs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -173,9 +177,7 @@ class Background:
             if self.stopping.is_set():  # the session ended while it booted
                 raise VMBackgroundError("the session ended before the subset could run")
             start = time.monotonic()
-            # Detached from the ssh connection: under a busy host the VM (nice 19) can stall
-            # past ssh's keepalives, which once ended a whole CI run's subset.
-            code, out.output = out.vm.run_detached(inside_command(), timeout=scaled(RUN_WAIT))
+            code, out.output = self._run_subset(shared)
             took = time.monotonic() - start
             say(f"background: the subset's run in the VM ended (exit {code}) in {took:.0f} s")
             out.report = out.vm.read(REPORT)
@@ -185,10 +187,37 @@ class Background:
             self.booted.set()
             self.finished.set()
 
+    def _run_subset(self, shared: tuple[Path, ...]) -> tuple[int, str]:
+        """The subset's exit code and output. Detached from the ssh connection: under a busy
+        host the VM (nice 19) can stall past ssh's keepalives, which once ended a whole CI
+        run's subset. A VM that hangs (tests/support/vm_hang.py) is booted again and the subset
+        run again, once; the hang is told on stderr and kept in ``outcome.hangs``."""
+        out = self.outcome
+        while True:
+            assert out.vm is not None
+            try:
+                return out.vm.run_detached(
+                    inside_command(), timeout=scaled(RUN_WAIT), hang_after=hang_seconds()
+                )
+            except VMHung as e:
+                console = self.run / "console.log"
+                tail = console.read_text(errors="replace")[-1500:] if console.exists() else ""
+                out.hangs.append(f"{e}; its console's end: {tail or '(none)'}")
+                if len(out.hangs) > MAX_HANG_REBOOTS or self.stopping.is_set():
+                    raise
+                say(f"background: the VM hung ({e}); booting it again for the subset")
+                out.vm.down(poweroff=False)
+                out.vm = None
+                out.vm = VM.up(self.run, shared, nice=True)
+
     def _log(self) -> str:
         console = self.run / "console.log"
         tail = console.read_text(errors="replace")[-3000:] if console.exists() else "(none)"
-        return f"{self.outcome.error}\nits output:\n{self.outcome.output[-4000:]}\nconsole:\n{tail}"
+        hangs = "".join(f"\nhung, booted again: {h}" for h in self.outcome.hangs)
+        return (
+            f"{self.outcome.error}{hangs}\nits output:\n{self.outcome.output[-4000:]}\n"
+            f"console:\n{tail}"
+        )
 
     def wait_booted(self) -> VM:
         """The booted VM; VMBackgroundError (with the log) when it did not boot in time."""
