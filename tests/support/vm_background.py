@@ -232,10 +232,13 @@ class Background:
     def wait_finished(self) -> VM:
         """The booted VM once the subset's run in it has ended (passed or not: the VM is then
         free for the VM node); VMBackgroundError when it did not boot or the run did not end."""
-        vm = self.wait_booted()
+        self.wait_booted()
         if not self.finished.wait(scaled(BOOT_WAIT + RUN_WAIT)):
             raise VMBackgroundError(f"the VM's run did not end; {self._log()}")
-        return vm
+        # The VM booted again after a hang, if it was: not the one booted first.
+        if self.outcome.vm is None:
+            raise VMBackgroundError(f"the VM is gone: {self._log()}")
+        return self.outcome.vm
 
     def wait_report(self) -> tuple[str, str]:
         """The subset's JUnit report and output; VMBackgroundError (with the log) when the run

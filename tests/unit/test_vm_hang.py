@@ -106,7 +106,15 @@ def test_a_hung_vm_is_booted_again_and_the_subset_run_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     background, record = _background(tmp_path, monkeypatch, hangs=1)
+    first = background.outcome.vm
+    background.booted.set()
+    got: list[object] = []  # the VM node's fixture waits from before the hang
+    waiter = threading.Thread(target=lambda: got.append(background.wait_finished()))
+    waiter.start()
     assert background._run_subset(()) == (0, "1 passed")
+    background.finished.set()
+    waiter.join()
+    assert got == [background.outcome.vm] and got[0] is not first
     assert record == {"runs": 2, "hangs": 1, "downs": 1, "ups": 1}
     assert len(background.outcome.hangs) == 1
     assert "hang 1" in background.outcome.hangs[0]
