@@ -103,10 +103,14 @@ class RelayTransport(Transport):
         succeeded = asyncio.Event()
         watcher = asyncio.create_task(_watch_for_successor(server, succeeded))
         stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait(
-            [stopped, asyncio.create_task(succeeded.wait())], return_when=asyncio.FIRST_COMPLETED
-        )
-        watcher.cancel()
+        taken = asyncio.create_task(succeeded.wait())
+        try:
+            await asyncio.wait([stopped, taken], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # The waiter left pending would be collected later, pending ("Task was destroyed
+            # but it is pending!" in the log at exit), as the NRI session's are not.
+            for task in (watcher, stopped, taken):
+                task.cancel()
         self.handed_over = succeeded.is_set() and not stop.is_set()
         if self.handed_over:
             log.info("a newer enforcer listens on %s: handing over to it", self.relay_socket)
