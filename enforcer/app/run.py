@@ -107,8 +107,8 @@ class RelayTransport(Transport):
         try:
             await asyncio.wait([stopped, taken], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # The waiter left pending would be collected later, pending ("Task was destroyed
-            # but it is pending!" in the log at exit), as the NRI session's are not.
+            # A waiter left pending is collected later, still pending: "Task was destroyed but
+            # it is pending!" in the log at exit. The NRI session cancels its waiters alike.
             for task in (watcher, stopped, taken):
                 task.cancel()
         self.handed_over = succeeded.is_set() and not stop.is_set()
