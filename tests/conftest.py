@@ -20,11 +20,15 @@ each runtime of the matrix; tests/nri/conftest.py runs the NRI plugin's modules 
 that has NRI.
 
 ``snapshot_roots`` / ``topologies``: the real servers' sysfs snapshots, extracted once.
+
+A failed test's report is also printed the moment it fails (``pytest_runtest_logreport``), past
+the capture: a run stopped before its summary (a CI timeout, a SIGINT) still shows what failed.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +50,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.containerd)
     # tests/vm last: the VM boots and runs its subset in the background meanwhile (below).
     items.sort(key=lambda item: item.get_closest_marker("vm") is not None)
+
+
+# A failure's report printed at once keeps its last lines; the summary prints it whole.
+FAILURE_TAIL_CHARS = 6000
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.failed:
+        return
+    text = report.longreprtext
+    if len(text) > FAILURE_TAIL_CHARS:
+        text = "[...]" + text[-FAILURE_TAIL_CHARS:]
+    print(
+        f"\n[failed now] {report.nodeid} ({report.when}):\n{text}", file=sys.__stderr__, flush=True
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

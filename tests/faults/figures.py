@@ -6,6 +6,7 @@ the pytest run (tests/faults/conftest.py) and, with FAULTS_REPORT, a Markdown ta
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class KindFigures:
         self.violations[category] += 1
         if len(self.messages) < MAX_MESSAGES:
             self.messages.append(f"[{category}] {message}")
+        announce(f"{self.kind}: [{category}] {message}")
         return True
 
     def finish(self) -> None:
@@ -159,6 +161,12 @@ class RunFigures:
         if (stuck := self.stuck_tasks()) is not None:
             out.extend(["", stuck])
         return "\n".join(out) + "\n"
+
+
+def announce(line: str) -> None:
+    """Prints a violation or a failure the moment it is found, past pytest's capture: a run
+    stopped before its summary (a CI timeout, a SIGINT) still shows what failed, and the seed."""
+    print(f"\n[fault suite, seed {RUN.seed}] {line}", file=sys.__stderr__, flush=True)
 
 
 def _row(f: KindFigures, name: str) -> list[str]:
