@@ -48,6 +48,10 @@ CLUSTERS = {
 
 ORDER = list(CLUSTERS)
 timings: dict[str, float] = {}
+# kubelet's exits that the bed's supervisor restarted it after, by cluster: shown in the summary
+# (on a node systemd does the same; the relay mode meets such an exit when kubelet dials the
+# relay path in the instant between an enforcer's stop and its fallback link).
+kubelet_exits: dict[str, list[str]] = {}
 ONE_MODE = "one_mode"
 
 
@@ -162,6 +166,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         pytest.fail(f"the cluster cannot run here: {reason}", pytrace=False)
     root = Path(os.environ.get("KRE_CLUSTER_TEST_DIR", str(REPO / ".cluster-test")))
     c = Cluster(mode, root, runtime=runtime)
+    exits_before = len(c.kubelet_exits())  # the logs stay from earlier runs
     started = time.monotonic()
     try:
         c.up()
@@ -175,6 +180,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         yield c
     finally:
         timings[f"tests on the {name} cluster"] = time.monotonic() - tests_started
+        if exits := c.kubelet_exits()[exits_before:]:
+            kubelet_exits[name] = exits
         t = time.monotonic()
         problems = c.down()
         timings[f"cluster down ({name})"] = time.monotonic() - t
@@ -188,3 +195,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("cluster")
     for step, seconds in timings.items():
         terminalreporter.write_line(f"{step}: {seconds:.1f} s")
+    for name, exits in kubelet_exits.items():
+        terminalreporter.write_line(
+            f"kubelet exited on its own {len(exits)} times on the {name} cluster, and was "
+            "started again by the bed's supervisor (tests/beds/cluster/supervise.sh):"
+        )
+        for line in exits:
+            terminalreporter.write_line(f"  {line}")

@@ -3,7 +3,8 @@
 ``Cluster(mode="nri"|"relay").up()`` builds what is missing (tests/beds/cluster/build.sh),
 starts etcd, the API server, the controller manager, the scheduler, a private runtime
 (containerd 2.x, or CRI-O with ``runtime="crio"``: tests/support/cluster/runtime.py) and
-kubelet, then deploys the webhook and the enforcer from their images and waits until the node is
+kubelet (restarted after it exits, as systemd does on a node: ``kubelet_exits()`` lists each
+exit), then deploys the webhook and the enforcer from their images and waits until the node is
 Ready and both serve. In relay mode the node is set up as docs/install.md tells an operator: the
 link from the relay path to the runtime's socket before kubelet starts (Step 3), kubelet pointed
 at the relay path (Step 4), the reconnect service that restarts kubelet when the enforcer's
@@ -43,6 +44,10 @@ from tests.support.cluster.procs import ClusterError
 
 BUILD_SCRIPT = REPO / "tests" / "beds" / "cluster" / "build.sh"
 RECONNECT_SCRIPT = REPO / "tests" / "beds" / "cluster" / "reconnect.sh"
+# kubelet runs under the bed's stand-in for systemd: restarted 10 s after it exits, as kubeadm's
+# kubelet.service says (Restart=always, RestartSec=10).
+SUPERVISE_SCRIPT = REPO / "tests" / "beds" / "cluster" / "supervise.sh"
+KUBELET_RESTART_SECONDS = 10
 # Stopped in this order by down() (kubelet first: it would restart what the others stop).
 COMPONENTS = (
     "reconnect",
@@ -275,6 +280,10 @@ class Cluster:
     def kubelet_marker(self) -> Path:
         return self.lay.run / "kubelet.started"
 
+    @property
+    def kubelet_started_file(self) -> Path:  # touched by supervise.sh at each start of kubelet
+        return self.lay.run / "kubelet.last-start"
+
     def start_kubelet(self) -> None:
         if not self.bins:
             raise ClusterError("no record of the builds: is the cluster up?")
@@ -289,7 +298,25 @@ class Cluster:
         node.make_cgroup_root()
         if node.share_sys():
             self.shared_marker.touch()
-        procs.start(self.lay, "kubelet", comp.kubelet_argv(self.bins, self.lay, self.node_ip))
+        procs.start(
+            self.lay,
+            "kubelet",
+            [
+                str(SUPERVISE_SCRIPT),
+                str(KUBELET_RESTART_SECONDS),
+                str(self.kubelet_started_file),
+                *comp.kubelet_argv(self.bins, self.lay, self.node_ip),
+            ],
+        )
+
+    def kubelet_exits(self) -> list[str]:
+        """The supervisor's line for each time kubelet exited on its own (its log's
+        "supervise: exited with status N; restart K in 10 s"), oldest first."""
+        try:
+            text = self.lay.log("kubelet").read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if " supervise: exited with status " in line]
 
     def stop_kubelet(self) -> None:
         procs.stop(self.lay, "kubelet")
@@ -365,10 +392,10 @@ class Cluster:
 
     def kubelet_on_relay(self) -> bool:
         """kubelet was (re)started after the relay's socket replaced the fallback link, so its
-        connection goes through the relay (the pid file is written as kubelet starts)."""
+        connection goes through the relay (the supervisor touches its file as kubelet starts)."""
         if procs.pid_of(self.lay, "kubelet") is None or not self.relay_serving():
             return False
-        started = self.lay.pid_file("kubelet").stat().st_mtime
+        started = self.kubelet_started_file.stat().st_mtime
         return started > self.lay.relay_socket.lstat().st_mtime
 
     # -- down -----------------------------------------------------------------------------------

@@ -36,10 +36,10 @@ def power_cut(c: Cluster) -> None:
     lay = c.lay
     shims = rt.monitor_pids(lay)
     victims = node.descendants(shims) | shims
-    for name in (*COMPONENTS, rt.process_name(lay)):
-        pid = procs.pid_of(lay, name)
-        if pid is not None:
-            victims.add(pid)
+    names = (*COMPONENTS, rt.process_name(lay))
+    started = {pid for name in names if (pid := procs.pid_of(lay, name)) is not None}
+    # kubelet's supervisor (the bed's systemd) goes with the node, and kubelet below it.
+    victims |= started | node.descendants(started)
     say(f"power cut: SIGKILL to {len(victims)} processes")
     node.kill_all(victims)
     for name in (*COMPONENTS, rt.process_name(lay)):
