@@ -178,6 +178,11 @@ async def _reconcile_until_done(
             )
         except StateWriteFailed:
             pass  # rolled back; the store has said why, once: retried until a write works
+        except Exception as exc:  # a bug: logged whole and retried, as the NRI plugin does
+            # Left to end the task, every create after it would be refused for ever ("has
+            # not yet read the runtime") while the process looked alive.
+            health.reconcile_failed = str(exc) or type(exc).__name__
+            log.exception("reconciling with the runtime failed; retrying")
         await asyncio.sleep(RECONCILE_RETRY_SECONDS)
 
 

@@ -279,7 +279,8 @@ class Enforcer:
         self._s.mark_unadoptable(container_id)
 
     def unknown(self, containers: Iterable[LiveContainer]) -> bool:
-        """Whether a complete listing shows live containers to adopt. Reads only (see `gone`)."""
+        """Whether a complete listing has work for `observed`: live containers to adopt, or
+        creations of unknown outcome to resolve. Reads only (see `gone`)."""
         return self._reconciler.unknown(containers)
 
     @on_worker
@@ -356,9 +357,10 @@ class Enforcer:
     @on_worker
     def reconcile(self) -> None:
         """Brings the registry in line with the runtime: after a restart, a crash or a lost
-        state. Containers still alive keep their CPUs; dead ones are released; live containers
-        the registry does not know are adopted, keeping the CPUs they run on when those are
-        free. Raises RuntimeAway when the runtime cannot be asked."""
+        state. Containers still alive keep their CPUs; dead ones are released; creations the
+        last process never saw answered are held until the runtime shows them or they settle
+        (`resolve`); live containers the registry does not know are adopted, keeping the CPUs
+        they run on when those are free. Raises RuntimeAway when the runtime cannot be asked."""
         self._reconciler.reconcile()
 
     # -- DRA claims (enforcer.engine.claimed; called by the DRA driver, on the worker) ----------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from enforcer.engine.admission import Admission
+from enforcer.engine.admission import UNKNOWN_SETTLE_SECONDS, Admission
 from enforcer.engine.adoption import adopt, newly_stuck
 from enforcer.engine.model import Entry, LiveContainer, Phase
 from enforcer.engine.release import release
@@ -62,7 +62,8 @@ class Reconciler:
     def unknown(self, containers: Iterable[LiveContainer]) -> bool:
         """See `Enforcer.unknown` (reads only)."""
         containers = list(containers)
-        return bool(self._strangers(containers) or newly_stuck(self.s, containers))
+        unresolved = any(e.phase is Phase.UNKNOWN for e in list(self.s.registry.entries.values()))
+        return bool(unresolved or self._strangers(containers) or newly_stuck(self.s, containers))
 
     def observed(
         self, containers: Iterable[LiveContainer], *, complete: bool, asked_at: int
@@ -88,6 +89,7 @@ class Reconciler:
         s = self.s
         live = {c.id: c for c in s.runtime.list_containers() if not c.exited}
         by_key = {c.key: c for c in live.values() if c.key}
+        cut_off = 0
         with s.registry.change():
             for key, entry in list(s.registry.entries.items()):
                 if entry.container_id is None:
@@ -95,7 +97,10 @@ class Reconciler:
                         continue  # this process is creating it right now
                     found = by_key.get(key)
                     if found is None:
-                        s.registry.remove(key)
+                        # Cut off by the last stop: the runtime may still be making it (a
+                        # kill -9 mid-create). Held until the runtime has the last word, as a
+                        # creation cut off in this process is (`resolve`).
+                        cut_off += 1
                         continue
                     s.registry.bind(key, found.id)
                     entry = s.registry.entries[key]
@@ -110,6 +115,13 @@ class Reconciler:
                     continue
                 if container.id not in s.stopped or s.stopped.stuck(container.id):
                     adopt(s, container)
+        if cut_off:
+            log.warning(
+                "%d creations cut off by the last stop are not in the runtime yet: their CPUs "
+                "stay held until it shows them or %.0fs pass",
+                cut_off,
+                UNKNOWN_SETTLE_SECONDS,
+            )
         s.reconciled = True
         self.repinner.repin()
         self.verifier.sweep()

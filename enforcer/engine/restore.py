@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from enforcer.engine.model import Entry
+from enforcer.engine.model import Entry, Phase
 from enforcer.engine.registry import StateWriteFailed
 from enforcer.engine.shared import Shared, log
 from enforcer.state import check_saved
@@ -42,6 +43,11 @@ def restore_saved(s: Shared) -> None:
         return
     for problem in problems:
         log.warning("after the restart, cannot place %s", problem)
+    # A creation the last process never saw answered: its settle time runs from now.
+    now = s.clock()
+    for key, entry in list(s.registry.entries.items()):
+        if entry.phase is Phase.UNKNOWN:
+            s.registry.entries[key] = replace(entry, unknown_since=now)
     if checked.damage:
         with contextlib.suppress(StateWriteFailed):  # the store says why
             s.persist()  # the repaired state, before anything else can be lost

@@ -61,6 +61,51 @@ def test_restart_does_not_free_a_retried_creation(tmp_path: Path) -> None:
     assert entry is not None and entry.container_id == "cid-late"
 
 
+def test_a_creation_cut_off_by_a_kill_keeps_its_cpus_until_the_runtime_shows_it(
+    tmp_path: Path,
+) -> None:
+    # kill -9 while the runtime makes the container: containerd goes on and makes it, maybe
+    # after the new process has read an empty listing. Its CPU must not go to the next pod
+    # meanwhile, or two Guaranteed containers run on it once kubelet's retry starts it.
+    runtime = StandInRuntime()
+    key, first = admit(enforcer(tmp_path, runtime), "in-flight", guaranteed("1"))  # killed
+    clock = Clock()
+    again = enforcer(tmp_path, runtime, clock=clock, reconciled=False)
+    again.restore_saved()
+    again.reconcile()  # the runtime does not list it yet
+    assert key in again.policy.admitted
+    with pytest.raises(Refusal) as err:  # the only exclusive CPU left is still held
+        admit(again, "next", guaranteed("3"))
+    assert err.value.reason is Reason.NO_ROOM
+    # containerd finishes the creation; the next complete listing is judged, and binds it.
+    clock.now += 3
+    runtime.add("cid-late", key)
+    runtime.cpus["cid-late"] = first.cpus
+    assert again.unknown(runtime.list_containers())
+    again.observed(runtime.list_containers(), complete=True, asked_at=again.sequence)
+    entry = again.registry.get(key)
+    assert entry is not None and entry.container_id == "cid-late"
+    assert again.policy.placement(key).exclusive == CPUSet.parse(first.cpus)
+
+
+def test_a_creation_cut_off_by_a_kill_the_runtime_never_shows_is_released_once_settled(
+    tmp_path: Path,
+) -> None:
+    runtime = StandInRuntime()
+    key, _ = admit(enforcer(tmp_path, runtime), "never-made", guaranteed("1"))  # then killed
+    clock = Clock()
+    again = enforcer(tmp_path, runtime, clock=clock, reconciled=False)
+    again.restore_saved()
+    again.reconcile()
+    clock.now += 9
+    again.maintain()
+    assert key in again.policy.admitted  # too early to tell: the settle runs from the restart
+    clock.now += 2
+    again.maintain()
+    assert key not in again.policy.admitted
+    admit(again, "next", guaranteed("3"))
+
+
 def test_no_decision_before_the_runtime_was_read(tmp_path: Path) -> None:
     runtime = StandInRuntime()
     e = enforcer(tmp_path, runtime, reconciled=False)

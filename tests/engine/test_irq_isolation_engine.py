@@ -16,6 +16,7 @@ from enforcer.controllers.group import Controllers
 from enforcer.controllers.irq import IrqAffinity, cpus_to_mask, mask_to_cpus
 from enforcer.controllers.irq_isolation import IrqIsolation
 from enforcer.engine import Enforcer
+from enforcer.engine.admission import UNKNOWN_SETTLE_SECONDS
 from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.state import StateStore
 from enforcer.topology import CPUSet, Topology
@@ -41,7 +42,7 @@ def make(tmp_path: Path) -> Path:
     return make_irqs(tmp_path / "proc", IRQS, default="0-7", width=8)
 
 
-def start(tmp_path: Path, proc: Path, config: Config = ON) -> Enforcer:
+def start(tmp_path: Path, proc: Path, config: Config = ON, clock: Clock | None = None) -> Enforcer:
     runtime = StandInRuntime()
     controllers = Controllers([CpusetController(runtime), IrqIsolation(str(proc), MACHINE)])
     controllers.configure(config)
@@ -53,7 +54,7 @@ def start(tmp_path: Path, proc: Path, config: Config = ON) -> Enforcer:
         store=store,
         runtime=runtime,
         controllers=controllers,
-        clock=Clock(),
+        clock=clock or Clock(),
     )
     e.restore_saved()
     e.reconcile()
@@ -111,9 +112,13 @@ def test_the_originals_survive_a_crash_in_the_state_file(tmp_path: Path) -> None
     assert narrowed != before
 
     # A crash; the next process finds the narrowed values, and a runtime without the container
-    # (it is released): from the saved originals its CPUs get their interrupts back, which
-    # the narrowed values, taken for originals, would never give.
-    e2 = start(tmp_path, proc)
+    # (it is released once its creation has settled: the runtime might still have been making
+    # it): from the saved originals its CPUs get their interrupts back, which the narrowed
+    # values, taken for originals, would never give.
+    clock = Clock()
+    e2 = start(tmp_path, proc, clock=clock)
+    clock.now += UNKNOWN_SETTLE_SECONDS
+    e2.maintain()
     assert affinities(proc)["24"] == "0-6"
     e2.shutdown()
     assert affinities(proc) == before
