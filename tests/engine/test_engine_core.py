@@ -8,11 +8,12 @@ real containerd and cgroups."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from enforcer.engine import Phase, Recorded
+from enforcer.engine import Enforcer, Phase, Pinning, Recorded
 from enforcer.engine.kubelet_record import KubeletRecord
 from enforcer.engine.ports import RuntimeAway
 from enforcer.refusal import Reason, Refusal
@@ -27,6 +28,8 @@ from tests.engine.standins import (
     enforcer,
 )
 from tests.support.pods import guaranteed
+
+Judge = Callable[[], None]
 
 
 def test_refused_repin_is_shown_and_retried(tmp_path: Path) -> None:
@@ -74,18 +77,30 @@ def test_a_creation_cut_off_by_a_kill_keeps_its_cpus_until_the_runtime_shows_it(
     again.restore_saved()
     again.reconcile()  # the runtime does not list it yet
     assert key in again.policy.admitted
+
+    def listed() -> None:  # the next complete listing is judged
+        assert again.unknown(runtime.list_containers())
+        again.observed(runtime.list_containers(), complete=True, asked_at=again.sequence)
+
+    # containerd finishes the creation: the listing binds it, still on its CPU.
+    held_until_shown(again, runtime, clock, key, first, listed)
+
+
+def held_until_shown(
+    e: Enforcer, runtime: StandInRuntime, clock: Clock, key: str, first: Pinning, judge: Judge
+) -> None:
+    """A creation of unknown outcome: its CPU is refused to the next pod; once the runtime
+    shows the container and `judge` looks, it is bound, still on that CPU."""
     with pytest.raises(Refusal) as err:  # the only exclusive CPU left is still held
-        admit(again, "next", guaranteed("3"))
+        admit(e, "next", guaranteed("3"))
     assert err.value.reason is Reason.NO_ROOM
-    # containerd finishes the creation; the next complete listing is judged, and binds it.
     clock.now += 3
     runtime.add("cid-late", key)
     runtime.cpus["cid-late"] = first.cpus
-    assert again.unknown(runtime.list_containers())
-    again.observed(runtime.list_containers(), complete=True, asked_at=again.sequence)
-    entry = again.registry.get(key)
+    judge()
+    entry = e.registry.get(key)
     assert entry is not None and entry.container_id == "cid-late"
-    assert again.policy.placement(key).exclusive == CPUSet.parse(first.cpus)
+    assert e.policy.placement(key).exclusive == CPUSet.parse(first.cpus)
 
 
 def test_a_creation_cut_off_by_a_kill_the_runtime_never_shows_is_released_once_settled(
@@ -139,16 +154,8 @@ def test_cut_off_creation_keeps_its_cpus_until_the_runtime_has_the_last_word(
     e.create_failed(key, uncertain=True, details="deadline exceeded")
     entry = e.registry.get(key)
     assert entry is not None and entry.phase is Phase.UNKNOWN
-    with pytest.raises(Refusal) as err:  # the only exclusive CPU left is still held
-        admit(e, "next", guaranteed("3"))
-    assert err.value.reason is Reason.NO_ROOM
-    # The orphan shows up later: it is bound, still on its CPU.
-    clock.now += 5
-    runtime.add("cid-orphan", key)
-    e.maintain()
-    entry = e.registry.get(key)
-    assert entry is not None and entry.container_id == "cid-orphan"
-    assert e.policy.placement(key).exclusive == CPUSet.parse(first.cpus)
+    # The orphan shows up later: the periodic maintenance binds it, still on its CPU.
+    held_until_shown(e, runtime, clock, key, first, e.maintain)
 
 
 def test_cut_off_creation_the_runtime_never_shows_is_released_once_settled(
